@@ -1,0 +1,503 @@
+"""The parsed form of the TDengine dialect: frozen dataclasses with source positions.
+
+Owns the shapes only (expressions, SELECT, DDL/DML, CREATE STREAM and stream management).
+Nothing here validates, executes or translates; every node is immutable and hashable so
+statements can be normalised, hashed (code versions) and shared between stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .timeunits import Duration
+
+
+@dataclass(frozen=True)
+class Pos:
+    line: int
+    column: int
+
+
+NO_POS = Pos(0, 0)
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Expr:
+    pos: Pos = field(default=NO_POS, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Literal(Expr):
+    """kind: int, float, string, bool, null."""
+
+    value: object
+    kind: str
+
+
+@dataclass(frozen=True)
+class DurationLiteral(Expr):
+    duration: Duration
+
+
+@dataclass(frozen=True)
+class Column(Expr):
+    """A column, tag or pseudo-column (``tbname``, ``_wstart``, ``_twend`` …) reference."""
+
+    name: str
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class Star(Expr):
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class Placeholder(Expr):
+    """``%%tbname``, ``%%trows`` or ``%%n`` (n ≥ 1)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class DataType:
+    name: str  # upper case TDengine name, e.g. INT, BIGINT UNSIGNED, VARCHAR
+    length: int | None = None
+    scale: int | None = None
+
+    def __str__(self) -> str:
+        if self.length is None:
+            return self.name
+        if self.scale is not None:
+            return f"{self.name}({self.length},{self.scale})"
+        return f"{self.name}({self.length})"
+
+
+@dataclass(frozen=True)
+class Func(Expr):
+    name: str  # lower case
+    args: tuple[Expr, ...]
+    distinct: bool = False
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    operand: Expr
+    type: DataType
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str  # '-', '+', 'NOT', '~'
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str  # + - * / % & | = <> < <= > >= AND OR LIKE NOT LIKE MATCH NMATCH
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class IsNull(Expr):
+    operand: Expr
+    negated: bool
+
+
+@dataclass(frozen=True)
+class Between(Expr):
+    operand: Expr
+    low: Expr
+    high: Expr
+    negated: bool
+
+
+@dataclass(frozen=True)
+class InList(Expr):
+    operand: Expr
+    items: tuple[Expr, ...]
+    negated: bool
+
+
+@dataclass(frozen=True)
+class Case(Expr):
+    operand: Expr | None
+    whens: tuple[tuple[Expr, Expr], ...]
+    default: Expr | None
+
+
+# --------------------------------------------------------------------------- SELECT
+
+
+@dataclass(frozen=True)
+class QualifiedName:
+    name: str
+    db: str | None = None
+    pos: Pos = field(default=NO_POS, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.db}.{self.name}" if self.db else self.name
+
+
+@dataclass(frozen=True)
+class TableSource:
+    table: QualifiedName
+    alias: str | None = None
+
+
+@dataclass(frozen=True)
+class PlaceholderSource:
+    """``FROM %%trows`` or ``FROM %%tbname`` inside a stream's query."""
+
+    placeholder: Placeholder
+    alias: str | None = None
+
+
+@dataclass(frozen=True)
+class SubquerySource:
+    query: Select
+    alias: str | None = None
+
+
+@dataclass(frozen=True)
+class Join:
+    left: FromSource
+    right: FromSource
+    on: Expr | None
+    kind: str = "INNER"
+
+
+FromSource = TableSource | PlaceholderSource | SubquerySource | Join
+
+
+@dataclass(frozen=True)
+class SelectItem:
+    expr: Expr
+    alias: str | None
+    text: str  # source text of the expression: TDengine names unaliased columns by it
+
+
+@dataclass(frozen=True)
+class Fill:
+    mode: str  # NONE NULL VALUE PREV NEXT LINEAR NULL_F VALUE_F
+    values: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class IntervalWindow:
+    interval: Duration
+    offset: Duration | None = None
+    sliding: Duration | None = None
+    fill: Fill | None = None
+
+
+@dataclass(frozen=True)
+class SessionWindow:
+    column: Column
+    gap: Expr
+
+
+@dataclass(frozen=True)
+class StateWindow:
+    expr: Expr
+    true_for: Duration | None = None
+
+
+@dataclass(frozen=True)
+class EventWindow:
+    start: tuple[Expr, ...]  # several conditions: ``START WITH (c1, c2)``
+    end: tuple[Expr, ...]
+    true_for: Duration | None = None
+
+
+@dataclass(frozen=True)
+class CountWindow:
+    count: int
+    sliding: int | None = None
+    columns: tuple[Column, ...] = ()
+
+
+QueryWindow = IntervalWindow | SessionWindow | StateWindow | EventWindow | CountWindow
+
+
+@dataclass(frozen=True)
+class OrderItem:
+    expr: Expr
+    descending: bool = False
+    nulls_first: bool | None = None
+
+
+@dataclass(frozen=True)
+class Select:
+    items: tuple[SelectItem, ...]
+    source: FromSource | None
+    where: Expr | None = None
+    partition_by: tuple[Expr, ...] = ()
+    window: QueryWindow | None = None
+    group_by: tuple[Expr, ...] = ()
+    having: Expr | None = None
+    order_by: tuple[OrderItem, ...] = ()
+    limit: int | None = None
+    offset: int | None = None
+    slimit: int | None = None
+    soffset: int | None = None
+    distinct: bool = False
+    text: str = field(default="", compare=False)
+    pos: Pos = field(default=NO_POS, compare=False)
+
+
+# --------------------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Statement:
+    pos: Pos = field(default=NO_POS, compare=False, kw_only=True)
+    text: str = field(default="", compare=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    type: DataType
+    primary_key: bool = False
+    comment: str | None = None
+    pos: Pos = field(default=NO_POS, compare=False)
+
+
+@dataclass(frozen=True)
+class CreateDatabase(Statement):
+    name: str
+    if_not_exists: bool
+    precision: str = "ms"
+    keep: tuple[Duration, ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class DropDatabase(Statement):
+    name: str
+    if_exists: bool
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class UseDatabase(Statement):
+    name: str
+
+
+@dataclass(frozen=True)
+class CreateTable(Statement):
+    """A super table (``tags`` non-empty or ``is_super``) or a normal table."""
+
+    table: QualifiedName
+    columns: tuple[ColumnDef, ...]
+    tags: tuple[ColumnDef, ...]
+    is_super: bool
+    if_not_exists: bool
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ChildTableDef:
+    table: QualifiedName
+    stable: QualifiedName
+    tag_names: tuple[str, ...] | None
+    tag_values: tuple[Expr, ...]
+    if_not_exists: bool
+
+
+@dataclass(frozen=True)
+class CreateChildTables(Statement):
+    tables: tuple[ChildTableDef, ...]
+
+
+@dataclass(frozen=True)
+class DropTables(Statement):
+    tables: tuple[QualifiedName, ...]
+    if_exists: bool
+    is_super: bool
+
+
+@dataclass(frozen=True)
+class InsertTarget:
+    table: QualifiedName
+    using: ChildTableDef | None
+    columns: tuple[str, ...] | None
+    rows: tuple[tuple[Expr, ...], ...]
+    pos: Pos = field(default=NO_POS, compare=False)
+
+
+@dataclass(frozen=True)
+class Insert(Statement):
+    targets: tuple[InsertTarget, ...]
+
+
+@dataclass(frozen=True)
+class Delete(Statement):
+    table: QualifiedName
+    where: Expr | None
+
+
+@dataclass(frozen=True)
+class AlterTableSetTags(Statement):
+    table: QualifiedName
+    assignments: tuple[tuple[str, Expr], ...]
+
+
+@dataclass(frozen=True)
+class Show(Statement):
+    """SHOW DATABASES | STABLES | TABLES | STREAMS [in db] [LIKE pattern]."""
+
+    what: str
+    db: str | None = None
+    like: str | None = None
+
+
+@dataclass(frozen=True)
+class Describe(Statement):
+    table: QualifiedName
+
+
+@dataclass(frozen=True)
+class Query(Statement):
+    select: Select
+
+
+# --------------------------------------------------------------------------- streams
+
+
+@dataclass(frozen=True)
+class PeriodTrigger:
+    period: Duration
+    offset: Duration | None = None
+    kind: str = "PERIOD"
+
+
+@dataclass(frozen=True)
+class SlidingTrigger:
+    """``[INTERVAL(i[, o])] SLIDING(s[, o])``; ``interval`` None is the plain SLIDING trigger."""
+
+    sliding: Duration
+    sliding_offset: Duration | None = None
+    interval: Duration | None = None
+    interval_offset: Duration | None = None
+
+    @property
+    def kind(self) -> str:
+        return "INTERVAL" if self.interval is not None else "SLIDING"
+
+
+@dataclass(frozen=True)
+class SessionTrigger:
+    column: Column
+    gap: Duration
+    kind: str = "SESSION"
+
+
+@dataclass(frozen=True)
+class StateTrigger:
+    expr: Expr
+    true_for: Duration | None = None
+    kind: str = "STATE_WINDOW"
+
+
+@dataclass(frozen=True)
+class EventTrigger:
+    start: tuple[Expr, ...]
+    end: tuple[Expr, ...]
+    true_for: Duration | None = None
+    kind: str = "EVENT_WINDOW"
+
+
+@dataclass(frozen=True)
+class CountTrigger:
+    count: int
+    sliding: int | None = None
+    columns: tuple[Column, ...] = ()
+    kind: str = "COUNT_WINDOW"
+
+
+Trigger = PeriodTrigger | SlidingTrigger | SessionTrigger | StateTrigger | EventTrigger | CountTrigger
+
+
+@dataclass(frozen=True)
+class StreamOption:
+    """One of STREAM_OPTIONS(...): ``name`` upper case; ``duration``/``start``/``expr``/
+    ``event_types`` hold the argument of the options that take one."""
+
+    name: str
+    duration: Duration | None = None
+    start: Literal | None = None
+    expr: Expr | None = None
+    event_types: tuple[str, ...] = ()
+    pos: Pos = field(default=NO_POS, compare=False)
+
+
+@dataclass(frozen=True)
+class Notification:
+    urls: tuple[str, ...]
+    on: tuple[str, ...] = ()
+    where: Expr | None = None
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputTag:
+    name: str
+    type: DataType
+    expr: Expr
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateStream(Statement):
+    name: QualifiedName
+    if_not_exists: bool
+    trigger: Trigger
+    trigger_table: QualifiedName | None
+    partition_by: tuple[Expr, ...]
+    options: tuple[StreamOption, ...]
+    notification: Notification | None
+    into: QualifiedName | None
+    output_subtable: Expr | None
+    columns: tuple[str, ...]
+    composite_key: bool
+    tags: tuple[OutputTag, ...]
+    query: Select | None
+    options_keyword: str = "STREAM_OPTIONS"  # or the older OPTIONS
+
+    def option(self, name: str) -> StreamOption | None:
+        for opt in self.options:
+            if opt.name == name:
+                return opt
+        return None
+
+
+@dataclass(frozen=True)
+class DropStream(Statement):
+    name: QualifiedName
+    if_exists: bool
+
+
+@dataclass(frozen=True)
+class StartStream(Statement):
+    name: QualifiedName
+    if_exists: bool
+    ignore_untreated: bool
+
+
+@dataclass(frozen=True)
+class StopStream(Statement):
+    name: QualifiedName
+    if_exists: bool
+
+
+@dataclass(frozen=True)
+class RecalculateStream(Statement):
+    name: QualifiedName
+    start: Expr
+    end: Expr | None
