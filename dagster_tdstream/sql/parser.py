@@ -20,10 +20,60 @@ T = TypeVar("T")
 
 # Words that end an expression or a select item; an identifier in this set is never an alias.
 _CLAUSE_WORDS = frozenset(
-    """FROM WHERE PARTITION GROUP ORDER LIMIT SLIMIT SOFFSET OFFSET HAVING INTERVAL SLIDING FILL
-    SESSION STATE_WINDOW EVENT_WINDOW COUNT_WINDOW UNION AND OR NOT AS ON JOIN INNER LEFT RIGHT
-    FULL OUTER INTO VALUES USING TAGS END THEN ELSE WHEN ASC DESC NULLS LIKE MATCH NMATCH IS IN
-    BETWEEN TRUE_FOR STREAM_OPTIONS OPTIONS NOTIFY NOTIFY_OPTIONS OUTPUT_SUBTABLE""".split()
+    [
+        "FROM",
+        "WHERE",
+        "PARTITION",
+        "GROUP",
+        "ORDER",
+        "LIMIT",
+        "SLIMIT",
+        "SOFFSET",
+        "OFFSET",
+        "HAVING",
+        "INTERVAL",
+        "SLIDING",
+        "FILL",
+        "SESSION",
+        "STATE_WINDOW",
+        "EVENT_WINDOW",
+        "COUNT_WINDOW",
+        "UNION",
+        "AND",
+        "OR",
+        "NOT",
+        "AS",
+        "ON",
+        "JOIN",
+        "INNER",
+        "LEFT",
+        "RIGHT",
+        "FULL",
+        "OUTER",
+        "INTO",
+        "VALUES",
+        "USING",
+        "TAGS",
+        "END",
+        "THEN",
+        "ELSE",
+        "WHEN",
+        "ASC",
+        "DESC",
+        "NULLS",
+        "LIKE",
+        "MATCH",
+        "NMATCH",
+        "IS",
+        "IN",
+        "BETWEEN",
+        "TRUE_FOR",
+        "STREAM_OPTIONS",
+        "OPTIONS",
+        "NOTIFY",
+        "NOTIFY_OPTIONS",
+        "OUTPUT_SUBTABLE",
+    ]
 )
 
 STREAM_OPTION_NAMES = (
@@ -62,9 +112,7 @@ def parse_statement(sql: str) -> ast.Statement:
         raise SqlSyntaxError("empty statement", line=1, column=1)
     if len(parts) > 1:
         extra = parts[1]
-        raise SqlSyntaxError(
-            "expected one statement, found another after ';'", line=extra.line, column=extra.column
-        )
+        raise SqlSyntaxError("expected one statement, found another after ';'", line=extra.line, column=extra.column)
     return parse_statement_text(parts[0], sql)
 
 
@@ -282,9 +330,7 @@ class _Parser:
                 value_tok = self.peek()
                 precision = self.string("a precision: 'ms', 'us' or 'ns'").lower()
                 if precision not in ("ms", "us", "ns"):
-                    raise self.fail_at(
-                        f"invalid precision {precision!r}; expected 'ms', 'us' or 'ns'", value_tok
-                    )
+                    raise self.fail_at(f"invalid precision {precision!r}; expected 'ms', 'us' or 'ns'", value_tok)
                 options.append((key, precision))
             elif key == "KEEP":
                 keep = tuple(self.comma_list(self._keep_value))
@@ -323,9 +369,7 @@ class _Parser:
         if name in ("INT", "BIGINT", "SMALLINT", "TINYINT") and self.accept_word("UNSIGNED"):
             name = f"{name} UNSIGNED"
         if name not in _TYPE_NAMES:
-            raise self.fail_at(
-                f"unknown data type {tok.text!r}; expected one of {', '.join(_TYPE_NAMES)}", tok
-            )
+            raise self.fail_at(f"unknown data type {tok.text!r}; expected one of {', '.join(_TYPE_NAMES)}", tok)
         length = scale = None
         if self.accept_op("("):
             length = self.integer("a type length")
@@ -866,9 +910,7 @@ class _Parser:
             self.next()
             placeholder = ast.Placeholder(tok.text[2:].lower(), pos=self.pos(tok))
             if placeholder.name not in ("trows", "tbname"):
-                raise self.fail_at(
-                    f"placeholder {tok.text} cannot be a table; use %%trows or %%tbname", tok
-                )
+                raise self.fail_at(f"placeholder {tok.text} cannot be a table; use %%trows or %%tbname", tok)
             return ast.PlaceholderSource(placeholder, self._alias())
         if self.accept_op("("):
             query = self.select()

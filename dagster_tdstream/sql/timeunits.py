@@ -81,9 +81,7 @@ def parse_duration(text: str, *, allowed_units: tuple[str, ...] = ALL_UNITS) -> 
         raise TimeValueError(f"malformed duration {text!r}; expected an integer and a unit such as 10s")
     value, unit = int(m.group(1)), m.group(2).lower()
     if unit not in allowed_units:
-        raise TimeValueError(
-            f"unit {unit!r} is not allowed in {text!r}; allowed units: {', '.join(allowed_units)}"
-        )
+        raise TimeValueError(f"unit {unit!r} is not allowed in {text!r}; allowed units: {', '.join(allowed_units)}")
     return Duration(value, unit)
 
 
@@ -99,14 +97,10 @@ def parse_timestamp(text: str, precision: str, tz: ZoneInfo) -> int:
     integer in ``precision``; the session time zone applies when the string has none."""
     m = _TS_STRING.match(text.strip())
     if m is None:
-        raise TimeValueError(
-            f"invalid timestamp {text!r}; expected 'YYYY-MM-DD HH:MM:SS[.fff]' or 'YYYY-MM-DD'"
-        )
+        raise TimeValueError(f"invalid timestamp {text!r}; expected 'YYYY-MM-DD HH:MM:SS[.fff]' or 'YYYY-MM-DD'")
     year, month, day, hour, minute, second, frac, zone = m.groups()
     try:
-        naive = datetime(
-            int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0)
-        )
+        naive = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0))
     except ValueError as exc:
         raise TimeValueError(f"invalid timestamp {text!r}: {exc}") from None
     if zone is None:

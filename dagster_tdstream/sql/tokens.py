@@ -131,9 +131,7 @@ def tokenize(text: str) -> list[Token]:
             m = _CODE_TOKEN.match(chunk, pos)
             if m is None:
                 line, column = positioner.at(code_start + pos)
-                raise SqlSyntaxError(
-                    f"unexpected character {chunk[pos]!r}", line=line, column=column
-                )
+                raise SqlSyntaxError(f"unexpected character {chunk[pos]!r}", line=line, column=column)
             kind = m.lastgroup
             if kind != "ws":
                 emit(
@@ -151,9 +149,7 @@ def tokenize(text: str) -> list[Token]:
         code_start = None
 
     for ttype, value in sqlparse_lexer.tokenize(text):
-        if ttype in sqlparse_tokens.Comment or (
-            ttype in _OPAQUE and not _closed_string(value)
-        ):
+        if ttype in sqlparse_tokens.Comment or (ttype in _OPAQUE and not _closed_string(value)):
             if ttype in _OPAQUE:
                 line, column = positioner.at(offset)
                 raise SqlSyntaxError("unterminated string literal", line=line, column=column)
@@ -199,9 +195,7 @@ def split_statements(script: str) -> list[StatementText]:
                 start = current[0].offset
                 end_tok = current[-1]
                 end = end_tok.offset + len(end_tok.text)
-                statements.append(
-                    StatementText(tuple(current), script[start:end], current[0].line, current[0].column)
-                )
+                statements.append(StatementText(tuple(current), script[start:end], current[0].line, current[0].column))
             current = []
         else:
             current.append(tok)

@@ -1,0 +1,82 @@
+"""Constant expressions: the values of INSERT rows, tag values and time bounds.
+
+Owns evaluating a constant expression (literals, ``now``, ``now + 1s``, timestamp strings,
+arithmetic on constants) into a Python value, given the target type's precision and the
+session time zone. Raises ``WriteRejectedError`` with the value's position. No catalog, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from ..errors import WriteRejectedError
+from . import ast
+from .timeunits import PRECISIONS, TimeValueError, parse_timestamp
+
+
+@dataclass(frozen=True)
+class ConstantContext:
+    precision: str
+    timezone: ZoneInfo
+    now_ns: int
+
+    @property
+    def now(self) -> int:
+        return self.now_ns // PRECISIONS[self.precision]
+
+
+def _reject(message: str, expr: ast.Expr) -> WriteRejectedError:
+    if expr.pos.line:
+        return WriteRejectedError(message, line=expr.pos.line, column=expr.pos.column)
+    return WriteRejectedError(message)
+
+
+def evaluate(expr: ast.Expr, ctx: ConstantContext, *, timestamp: bool = False) -> object:
+    """The value of a constant expression; with ``timestamp`` strings are parsed as times
+    and durations count in the precision."""
+    if isinstance(expr, ast.Literal):
+        if timestamp and expr.kind == "string":
+            try:
+                return parse_timestamp(str(expr.value), ctx.precision, ctx.timezone)
+            except TimeValueError as exc:
+                raise _reject(str(exc), expr) from None
+        return expr.value
+    if isinstance(expr, ast.Func) and expr.name in ("now", "today") and not expr.args:
+        if expr.name == "now":
+            return ctx.now
+        return _today(ctx)
+    if isinstance(expr, ast.DurationLiteral):
+        try:
+            return expr.duration.in_precision(ctx.precision)
+        except TimeValueError as exc:
+            raise _reject(str(exc), expr) from None
+    if isinstance(expr, ast.Unary) and expr.op in ("-", "+"):
+        value = evaluate(expr.operand, ctx, timestamp=timestamp)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise _reject(f"cannot negate {value!r}", expr)
+        return -value if expr.op == "-" else value
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*", "/"):
+        left = evaluate(expr.left, ctx, timestamp=timestamp)
+        right = evaluate(expr.right, ctx, timestamp=timestamp)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right)):
+            raise _reject(f"operator {expr.op} needs numbers, got {left!r} and {right!r}", expr)
+        if expr.op == "+":
+            return left + right  # type: ignore[operator]
+        if expr.op == "-":
+            return left - right  # type: ignore[operator]
+        if expr.op == "*":
+            return left * right  # type: ignore[operator]
+        if right == 0:
+            raise _reject("division by zero", expr)
+        return left / right  # type: ignore[operator]
+    raise _reject("expected a constant value (a literal, now, now+1s or a timestamp string)", expr)
+
+
+def _today(ctx: ConstantContext) -> int:
+    from datetime import datetime
+
+    seconds = ctx.now_ns // 10**9
+    local = datetime.fromtimestamp(seconds, ctx.timezone)
+    midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    return int(midnight.timestamp()) * 10**9 // PRECISIONS[ctx.precision]

@@ -1,0 +1,578 @@
+"""Translation of SELECT statements (see the package docstring)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from ...errors import QueryError
+from .. import ast
+from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
+from ..walk import walk
+
+# Aggregate functions this translator maps, with their Spark form; ``docs/sql-support.md``
+# lists them.
+AGGREGATES = ("count", "sum", "avg", "min", "max", "first", "last", "last_row", "spread", "stddev")
+SCALARS: dict[str, str] = {
+    "abs": "abs",
+    "ceil": "ceil",
+    "floor": "floor",
+    "round": "round",
+    "sqrt": "sqrt",
+    "pow": "pow",
+    "log": "ln",
+    "exp": "exp",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "concat": "concat",
+    "concat_ws": "concat_ws",
+    "length": "octet_length",
+    "char_length": "char_length",
+    "lower": "lower",
+    "upper": "upper",
+    "ltrim": "ltrim",
+    "rtrim": "rtrim",
+    "substr": "substr",
+    "replace": "replace",
+}
+SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, "now", "today", "cast")))
+
+_WINDOW_PSEUDO = ("_wstart", "_wend", "_wduration")
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """What the translator needs to know of a table: its view name and schema."""
+
+    key: str  # db.name
+    view: str
+    kind: str  # super | child | normal
+    columns: tuple[ast.ColumnDef, ...]
+    tags: tuple[ast.ColumnDef, ...]
+    precision: str
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    name: str
+    is_timestamp: bool
+
+
+@dataclass(frozen=True)
+class TranslatedQuery:
+    sql: str
+    columns: tuple[OutputColumn, ...]
+    precision: str
+    tables: tuple[SourceTable, ...]
+
+
+@dataclass
+class TranslationContext:
+    """``resolve`` turns a table name into a SourceTable (raising CatalogError when unknown)."""
+
+    resolve: Callable[[ast.QualifiedName], SourceTable]
+    timezone: ZoneInfo
+    now_ns: int | None = None
+    _names: itertools.count = field(default_factory=itertools.count)
+
+    def fresh(self, prefix: str) -> str:
+        return f"__{prefix}{next(self._names)}"
+
+
+@dataclass(frozen=True)
+class _Typed:
+    sql: str
+    kind: str  # ts, int, float, string, bool, null, duration, other
+    aggregate: bool = False
+
+
+@dataclass
+class _Scope:
+    relation: str  # SQL of the FROM relation
+    columns: dict[str, tuple[str, str]]  # lower name → (spark expr, kind)
+    star: list[str]  # names `*` expands to
+    pk: str | None
+    precision: str
+    window: ast.IntervalWindow | None = None
+    window_sql: dict[str, str] = field(default_factory=dict)
+    tables: tuple[SourceTable, ...] = ()
+
+
+def _kind_of(dtype: ast.DataType) -> str:
+    name = dtype.name
+    if name == "TIMESTAMP":
+        return "ts"
+    if "INT" in name:
+        return "int"
+    if name in ("FLOAT", "DOUBLE", "DECIMAL"):
+        return "float"
+    if name == "BOOL":
+        return "bool"
+    if name in ("VARCHAR", "BINARY", "NCHAR", "JSON"):
+        return "string"
+    return "other"
+
+
+def quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _error(message: str, node: ast.Expr | ast.Select | None = None) -> QueryError:
+    pos = getattr(node, "pos", None)
+    if pos is not None and pos.line:
+        return QueryError(message, line=pos.line, column=pos.column)
+    return QueryError(message)
+
+
+def translate_select(select: ast.Select, ctx: TranslationContext) -> TranslatedQuery:
+    sql, columns, scope = _translate(select, ctx)
+    return TranslatedQuery(sql, tuple(columns), scope.precision, scope.tables)
+
+
+def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
+    source = select.source
+    if source is None:
+        return _Scope("(SELECT 1)", {}, [], None, "ms")
+    if isinstance(source, ast.TableSource):
+        table = ctx.resolve(source.table)
+        columns: dict[str, tuple[str, str]] = {}
+        for col in (*table.columns, *table.tags):
+            columns[col.name.lower()] = (quote_ident(col.name), _kind_of(col.type))
+        columns["tbname"] = ("tbname", "string")
+        star = [c.name for c in table.columns]
+        if table.kind == "super":
+            star += [t.name for t in table.tags]
+        return _Scope(
+            quote_ident(table.view),
+            columns,
+            star,
+            quote_ident(table.columns[0].name),
+            table.precision,
+            tables=(table,),
+        )
+    if isinstance(source, ast.SubquerySource):
+        inner_sql, inner_cols, inner_scope = _translate(source.query, ctx)
+        alias = ctx.fresh("q")
+        columns = {}
+        pk = None
+        for i, col in enumerate(inner_cols):
+            expr = f"{alias}.__c{i}"
+            columns.setdefault(col.name.lower(), (expr, "ts" if col.is_timestamp else "other"))
+            if pk is None and col.is_timestamp:
+                pk = expr
+        return _Scope(
+            f"({inner_sql}) {alias}",
+            columns,
+            [c.name for c in inner_cols],
+            pk,
+            inner_scope.precision,
+            tables=inner_scope.tables,
+        )
+    if isinstance(source, ast.PlaceholderSource):
+        raise _error(f"%%{source.placeholder.name} can only be used inside a stream's query", source.placeholder)
+    raise _error("joins are not supported yet in queries; query one table or a subquery", select)
+
+
+def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[OutputColumn], _Scope]:
+    scope = _source_scope(select, ctx)
+    if select.window is not None and not isinstance(select.window, ast.IntervalWindow):
+        raise _error(f"{type(select.window).__name__} in queries is not supported yet; INTERVAL(...) is", select)
+    if select.slimit is not None or select.soffset is not None:
+        raise _error("SLIMIT/SOFFSET are not supported yet", select)
+    render = _Renderer(scope, ctx)
+    where_sql = render.condition(select.where) if select.where is not None else None
+
+    window = select.window
+    relation = scope.relation
+    group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
+    if window is not None:
+        if scope.pk is None:
+            raise _error("INTERVAL needs a table with a timestamp primary key", select)
+        if window.fill is not None and window.fill.mode != "NONE":
+            raise _error(f"FILL({window.fill.mode}) is not supported yet; FILL(NONE) is", select)
+        wstart = _window_start_sql(window, scope, render, select)
+        inner_where = f" WHERE {where_sql}" if where_sql else ""
+        relation = f"(SELECT *, {wstart} AS __wstart FROM {scope.relation}{inner_where}) __w"
+        where_sql = None
+        interval = render.duration(window.interval, select)
+        scope.window = window
+        scope.window_sql = {
+            "_wstart": "__wstart",
+            "_wend": f"(__wstart + {interval})",
+            "_wduration": f"CAST({interval} AS BIGINT)",
+        }
+        group_keys.append("__wstart")
+
+    items: list[tuple[str, str, OutputColumn]] = []  # (sql, internal alias, output column)
+    for item in select.items:
+        if isinstance(item.expr, ast.Star):
+            for name in scope.star:
+                expr, kind = scope.columns[name.lower()]
+                items.append((expr, f"__c{len(items)}", OutputColumn(name, kind == "ts")))
+            continue
+        typed = render.expr(item.expr)
+        name = item.alias or item.text
+        items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts")))
+
+    is_aggregate = bool(group_keys) or render.saw_aggregate or window is not None
+    select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
+    parts = [f"SELECT {'DISTINCT ' if select.distinct else ''}{select_list} FROM {relation}"]
+    if where_sql:
+        parts.append(f"WHERE {where_sql}")
+    if is_aggregate and group_keys:
+        parts.append("GROUP BY " + ", ".join(group_keys))
+    if select.having is not None:
+        parts.append("HAVING " + render.condition(select.having))
+    order = _order_by(select, scope, render, items, group_keys, is_aggregate)
+    if order:
+        parts.append("ORDER BY " + ", ".join(order))
+    if select.limit is not None:
+        parts.append(f"LIMIT {select.limit}")
+    if select.offset is not None:
+        parts.append(f"OFFSET {select.offset}")
+    return " ".join(parts), [col for _, _, col in items], scope
+
+
+def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, render: _Renderer, select: ast.Select) -> str:
+    if window.interval.is_calendar or (window.sliding is not None and window.sliding.is_calendar):
+        raise _error("calendar INTERVAL units (n, y) are not supported yet in queries", select)
+    pk = scope.pk
+    interval = render.duration(window.interval, select)
+    sliding = render.duration(window.sliding, select) if window.sliding else interval
+    offset = render.duration(window.offset, select) if window.offset else 0
+    if sliding > interval:
+        raise _error(f"SLIDING {window.sliding} must not be larger than INTERVAL {window.interval}", select)
+    if sliding == interval:
+        return f"({pk} - pmod({pk} - {offset}, {interval}))"
+    # every window [s, s + interval) with s = k*sliding + offset that contains the row
+    first = f"({pk} - {interval} - {offset} - pmod({pk} - {interval} - {offset}, {sliding}) + {sliding} + {offset})"
+    last = f"({pk} - pmod({pk} - {offset}, {sliding}))"
+    return f"explode(sequence({first}, {last}, CAST({sliding} AS BIGINT)))"
+
+
+def _order_by(
+    select: ast.Select,
+    scope: _Scope,
+    render: _Renderer,
+    items: list[tuple[str, str, OutputColumn]],
+    group_keys: list[str],
+    is_aggregate: bool,
+) -> list[str]:
+    if select.order_by:
+        order = []
+        by_name = {col.name.lower(): alias for _, alias, col in items}
+        for entry in select.order_by:
+            expr = entry.expr
+            if isinstance(expr, ast.Column) and expr.table is None and expr.name.lower() in by_name:
+                sql = by_name[expr.name.lower()]
+            elif isinstance(expr, ast.Literal) and expr.kind == "int" and 1 <= int(expr.value) <= len(items):  # type: ignore[call-overload]
+                sql = items[int(expr.value) - 1][1]  # type: ignore[call-overload]
+            else:
+                sql = render.expr(expr).sql
+            direction = " DESC" if entry.descending else " ASC"
+            nulls = ""
+            if entry.nulls_first is not None:
+                nulls = " NULLS FIRST" if entry.nulls_first else " NULLS LAST"
+            order.append(sql + direction + nulls)
+        return order
+    if select.distinct:
+        return []
+    # TDengine returns rows in time order (per group when partitioned); Spark has no order
+    # unless asked, so ask for TDengine's.
+    if is_aggregate:
+        return list(group_keys)
+    keys = [render.expr(e).sql for e in select.partition_by]
+    if scope.pk is not None:
+        keys.append(scope.pk)
+        if any(t.kind == "super" for t in scope.tables):
+            keys.append("tbname")
+    return keys
+
+
+class _Renderer:
+    def __init__(self, scope: _Scope, ctx: TranslationContext) -> None:
+        self.scope = scope
+        self.ctx = ctx
+        self.saw_aggregate = False
+        self.now = ctx.now_ns // PRECISIONS[scope.precision] if ctx.now_ns else now_in(scope.precision)
+
+    def duration(self, value: ast.Duration | None, node: ast.Expr | ast.Select) -> int:
+        assert value is not None
+        try:
+            return value.in_precision(self.scope.precision)
+        except TimeValueError as exc:
+            raise _error(str(exc), node) from None
+
+    def condition(self, expr: ast.Expr) -> str:
+        return self.expr(expr).sql
+
+    def timestamp_literal(self, literal: ast.Literal) -> str:
+        try:
+            return str(parse_timestamp(str(literal.value), self.scope.precision, self.ctx.timezone))
+        except TimeValueError as exc:
+            raise _error(str(exc), literal) from None
+
+    def as_ts(self, expr: ast.Expr, typed: _Typed) -> _Typed:
+        """A string literal compared with a timestamp is a timestamp literal."""
+        if typed.kind == "string" and isinstance(expr, ast.Literal):
+            return _Typed(self.timestamp_literal(expr), "ts")
+        return typed
+
+    def expr(self, expr: ast.Expr) -> _Typed:
+        method = getattr(self, "_" + type(expr).__name__.lower(), None)
+        if method is None:
+            raise _error(f"{type(expr).__name__} expressions are not supported here", expr)
+        return method(expr)
+
+    def _literal(self, expr: ast.Literal) -> _Typed:
+        if expr.kind == "null":
+            return _Typed("NULL", "null")
+        if expr.kind == "bool":
+            return _Typed("TRUE" if expr.value else "FALSE", "bool")
+        if expr.kind == "string":
+            return _Typed(quote_string(str(expr.value)), "string")
+        if expr.kind == "float":
+            return _Typed(repr(float(expr.value)), "float")  # type: ignore[arg-type]
+        return _Typed(f"{int(expr.value)}L" if abs(int(expr.value)) >= 2**31 else str(expr.value), "int")  # type: ignore[call-overload]
+
+    def _durationliteral(self, expr: ast.DurationLiteral) -> _Typed:
+        return _Typed(str(self.duration(expr.duration, expr)), "duration")
+
+    def _column(self, expr: ast.Column) -> _Typed:
+        name = expr.name.lower()
+        if name in _WINDOW_PSEUDO:
+            if self.scope.window is None:
+                raise _error(f"{expr.name} needs a window clause such as INTERVAL(...)", expr)
+            return _Typed(self.scope.window_sql[name], "ts" if name != "_wduration" else "int")
+        if name in ("_c0", "_rowts") and self.scope.pk is not None:
+            return _Typed(self.scope.pk, "ts")
+        if name in ("_qstart", "_qend", "_qduration"):
+            raise _error(f"pseudo-column {expr.name} is not supported", expr)
+        if name.startswith("_t") and name in _TRIGGER_NAMES:
+            raise _error(f"placeholder {expr.name} can only be used inside a stream's query", expr)
+        found = self.scope.columns.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.scope.columns)) or "none"
+            raise _error(f"unknown column {expr.name} (columns: {known})", expr)
+        return _Typed(found[0], found[1])
+
+    def _star(self, expr: ast.Star) -> _Typed:
+        raise _error("* is only allowed as a select item or in count(*)", expr)
+
+    def _placeholder(self, expr: ast.Placeholder) -> _Typed:
+        raise _error(f"%%{expr.name} can only be used inside a stream's query", expr)
+
+    def _unary(self, expr: ast.Unary) -> _Typed:
+        inner = self.expr(expr.operand)
+        if expr.op == "NOT":
+            return _Typed(f"(NOT {inner.sql})", "bool", inner.aggregate)
+        return _Typed(f"({expr.op}{inner.sql})", inner.kind, inner.aggregate)
+
+    def _binary(self, expr: ast.Binary) -> _Typed:
+        left, right = self.expr(expr.left), self.expr(expr.right)
+        agg = left.aggregate or right.aggregate
+        op = expr.op
+        if op in ("=", "<>", "<", "<=", ">", ">="):
+            if left.kind == "ts":
+                right = self.as_ts(expr.right, right)
+            if right.kind == "ts":
+                left = self.as_ts(expr.left, left)
+            return _Typed(f"({left.sql} {op} {right.sql})", "bool", agg)
+        if op in ("AND", "OR"):
+            return _Typed(f"({left.sql} {op} {right.sql})", "bool", agg)
+        if op == "LIKE":
+            return _Typed(f"({left.sql} LIKE {right.sql})", "bool", agg)
+        if op == "MATCH":
+            return _Typed(f"({left.sql} RLIKE {right.sql})", "bool", agg)
+        if op == "NMATCH":
+            return _Typed(f"(NOT ({left.sql} RLIKE {right.sql}))", "bool", agg)
+        if op in ("+", "-"):
+            kind = "ts" if "ts" in (left.kind, right.kind) and not (left.kind == right.kind == "ts") else None
+            if kind is None:
+                kind = "float" if "float" in (left.kind, right.kind) else "int"
+            return _Typed(f"({left.sql} {op} {right.sql})", kind, agg)
+        if op in ("*", "%"):
+            kind = "float" if "float" in (left.kind, right.kind) else "int"
+            return _Typed(f"({left.sql} {op} {right.sql})", kind, agg)
+        if op == "/":
+            return _Typed(f"(CAST({left.sql} AS DOUBLE) / {right.sql})", "float", agg)
+        if op in ("&", "|"):
+            return _Typed(f"(CAST({left.sql} AS BIGINT) {op} CAST({right.sql} AS BIGINT))", "int", agg)
+        raise _error(f"operator {op} is not supported", expr)
+
+    def _isnull(self, expr: ast.IsNull) -> _Typed:
+        inner = self.expr(expr.operand)
+        return _Typed(f"({inner.sql} IS {'NOT ' if expr.negated else ''}NULL)", "bool", inner.aggregate)
+
+    def _between(self, expr: ast.Between) -> _Typed:
+        operand = self.expr(expr.operand)
+        low, high = self.expr(expr.low), self.expr(expr.high)
+        if operand.kind == "ts":
+            low, high = self.as_ts(expr.low, low), self.as_ts(expr.high, high)
+        neg = "NOT " if expr.negated else ""
+        return _Typed(f"({operand.sql} {neg}BETWEEN {low.sql} AND {high.sql})", "bool", operand.aggregate)
+
+    def _inlist(self, expr: ast.InList) -> _Typed:
+        operand = self.expr(expr.operand)
+        items = []
+        for item in expr.items:
+            typed = self.expr(item)
+            items.append(self.as_ts(item, typed).sql if operand.kind == "ts" else typed.sql)
+        neg = "NOT " if expr.negated else ""
+        return _Typed(f"({operand.sql} {neg}IN ({', '.join(items)}))", "bool", operand.aggregate)
+
+    def _case(self, expr: ast.Case) -> _Typed:
+        parts = ["CASE"]
+        agg = False
+        if expr.operand is not None:
+            operand = self.expr(expr.operand)
+            parts.append(operand.sql)
+            agg |= operand.aggregate
+        kind = "other"
+        for cond, value in expr.whens:
+            c, v = self.expr(cond), self.expr(value)
+            agg |= c.aggregate or v.aggregate
+            kind = v.kind
+            parts += ["WHEN", c.sql, "THEN", v.sql]
+        if expr.default is not None:
+            d = self.expr(expr.default)
+            parts += ["ELSE", d.sql]
+        parts.append("END")
+        return _Typed("(" + " ".join(parts) + ")", kind, agg)
+
+    def _cast(self, expr: ast.Cast) -> _Typed:
+        target = expr.type.name
+        if target == "TIMESTAMP":
+            if isinstance(expr.operand, ast.Literal) and expr.operand.kind == "string":
+                return _Typed(self.timestamp_literal(expr.operand), "ts")
+            inner = self.expr(expr.operand)
+            return _Typed(f"CAST({inner.sql} AS BIGINT)", "ts", inner.aggregate)
+        inner = self.expr(expr.operand)
+        spark = _SPARK_CAST.get(target)
+        if spark is None:
+            raise _error(f"CAST to {expr.type} is not supported", expr)
+        if expr.type.name == "DECIMAL":
+            spark = f"DECIMAL({expr.type.length or 10},{expr.type.scale or 0})"
+        return _Typed(f"CAST({inner.sql} AS {spark})", _kind_of(expr.type), inner.aggregate)
+
+    def _func(self, expr: ast.Func) -> _Typed:
+        name = expr.name
+        if name == "now":
+            return _Typed(f"{self.now}L", "ts")
+        if name == "today":
+            day = 86400 * 10**9 // PRECISIONS[self.scope.precision]
+            local_offset = self._utc_offset(self.now)
+            return _Typed(f"{(self.now + local_offset) // day * day - local_offset}L", "ts")
+        if name in AGGREGATES:
+            return self._aggregate(expr)
+        if name in SCALARS:
+            args = [self.expr(a) for a in expr.args]
+            kind = (
+                "string"
+                if name in ("concat", "concat_ws", "lower", "upper", "ltrim", "rtrim", "substr", "replace")
+                else ("int" if name in ("length", "char_length") else "float")
+            )
+            if name in ("abs", "ceil", "floor", "round") and args:
+                kind = args[0].kind
+            return _Typed(f"{SCALARS[name]}({', '.join(a.sql for a in args)})", kind, any(a.aggregate for a in args))
+        raise _error(f"function {name}() is not supported yet; supported: {', '.join(SUPPORTED_FUNCTIONS)}", expr)
+
+    def _utc_offset(self, value: int) -> int:
+        from datetime import datetime
+
+        seconds = value * PRECISIONS[self.scope.precision] // 10**9
+        offset = datetime.fromtimestamp(seconds, self.ctx.timezone).utcoffset()
+        return int(offset.total_seconds()) * 10**9 // PRECISIONS[self.scope.precision] if offset else 0
+
+    def _aggregate(self, expr: ast.Func) -> _Typed:
+        name = expr.name
+        self.saw_aggregate = True
+        if name == "count":
+            if len(expr.args) != 1:
+                raise _error("count() takes one argument: count(*) or count(column)", expr)
+            if isinstance(expr.args[0], ast.Star):
+                return _Typed("count(1)", "int", True)
+            arg = self._plain_arg(expr)
+            return _Typed(f"count({'DISTINCT ' if expr.distinct else ''}{arg.sql})", "int", True)
+        if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
+            raise _error(f"{name}() takes one column argument", expr)
+        arg = self._plain_arg(expr)
+        if name in ("sum", "avg", "spread", "stddev") and arg.kind in ("string", "ts", "bool"):
+            if not (name == "spread" and arg.kind == "ts"):
+                raise _error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr)
+        if name == "sum":
+            return _Typed(f"sum({arg.sql})", "float" if arg.kind == "float" else "int", True)
+        if name == "avg":
+            return _Typed(f"avg({arg.sql})", "float", True)
+        if name in ("min", "max"):
+            return _Typed(f"{name}({arg.sql})", arg.kind, True)
+        if name == "spread":
+            return _Typed(f"CAST(max({arg.sql}) - min({arg.sql}) AS DOUBLE)", "float", True)
+        if name == "stddev":
+            return _Typed(f"stddev_pop({arg.sql})", "float", True)
+        pk = self.scope.pk
+        if pk is None:
+            raise _error(f"{name}() needs a table with a timestamp primary key", expr)
+        if name == "first":
+            if arg.sql == pk:
+                return _Typed(f"min({pk})", "ts", True)
+            return _Typed(f"min_by({arg.sql}, CASE WHEN {arg.sql} IS NOT NULL THEN {pk} END)", arg.kind, True)
+        if name == "last":
+            if arg.sql == pk:
+                return _Typed(f"max({pk})", "ts", True)
+            return _Typed(f"max_by({arg.sql}, CASE WHEN {arg.sql} IS NOT NULL THEN {pk} END)", arg.kind, True)
+        # last_row: the newest row's value, NULL included
+        return _Typed(f"max_by({arg.sql}, {pk})", arg.kind, True)
+
+    def _plain_arg(self, expr: ast.Func) -> _Typed:
+        arg = self.expr(expr.args[0])
+        if arg.aggregate:
+            raise _error(f"{expr.name}() cannot contain another aggregate", expr)
+        return arg
+
+
+_SPARK_CAST = {
+    "BOOL": "BOOLEAN",
+    "TINYINT": "TINYINT",
+    "SMALLINT": "SMALLINT",
+    "INT": "INT",
+    "INTEGER": "INT",
+    "BIGINT": "BIGINT",
+    "TINYINT UNSIGNED": "SMALLINT",
+    "SMALLINT UNSIGNED": "INT",
+    "INT UNSIGNED": "BIGINT",
+    "BIGINT UNSIGNED": "BIGINT",
+    "FLOAT": "FLOAT",
+    "DOUBLE": "DOUBLE",
+    "VARCHAR": "STRING",
+    "BINARY": "STRING",
+    "NCHAR": "STRING",
+    "DECIMAL": "DECIMAL",
+}
+
+_TRIGGER_NAMES = frozenset(
+    [
+        "_tprev_localtime",
+        "_tnext_localtime",
+        "_tlocaltime",
+        "_tprev_ts",
+        "_tcurrent_ts",
+        "_tnext_ts",
+        "_twstart",
+        "_twend",
+        "_twduration",
+        "_twrownum",
+        "_tgrpid",
+    ]
+)
+
+
+def expression_columns(expr: ast.Expr) -> list[ast.Column]:
+    return [node for node in walk(expr) if isinstance(node, ast.Column)]

@@ -1,0 +1,98 @@
+"""Generic traversal of expression trees.
+
+Owns iteration over the sub-expressions of an AST node, so that validation, typing and
+translation do not each hand-write a recursive walk. Read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from . import ast
+
+
+def children(expr: ast.Expr) -> tuple[ast.Expr, ...]:
+    if isinstance(expr, ast.Func):
+        return expr.args
+    if isinstance(expr, ast.Cast | ast.Unary):
+        return (expr.operand,)
+    if isinstance(expr, ast.Binary):
+        return (expr.left, expr.right)
+    if isinstance(expr, ast.IsNull):
+        return (expr.operand,)
+    if isinstance(expr, ast.Between):
+        return (expr.operand, expr.low, expr.high)
+    if isinstance(expr, ast.InList):
+        return (expr.operand, *expr.items)
+    if isinstance(expr, ast.Case):
+        parts: list[ast.Expr] = [] if expr.operand is None else [expr.operand]
+        for cond, value in expr.whens:
+            parts += [cond, value]
+        if expr.default is not None:
+            parts.append(expr.default)
+        return tuple(parts)
+    return ()
+
+
+def walk(expr: ast.Expr) -> Iterator[ast.Expr]:
+    """The node and all its descendants, depth first."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def select_expressions(select: ast.Select) -> Iterator[ast.Expr]:
+    """Every expression a SELECT holds at its own level (not inside nested subqueries)."""
+    for item in select.items:
+        yield item.expr
+    for expr in (select.where, select.having):
+        if expr is not None:
+            yield expr
+    yield from select.partition_by
+    yield from select.group_by
+    for order in select.order_by:
+        yield order.expr
+    window = select.window
+    if isinstance(window, ast.StateWindow):
+        yield window.expr
+    elif isinstance(window, ast.EventWindow):
+        yield from window.start
+        yield from window.end
+    elif isinstance(window, ast.SessionWindow):
+        yield window.column
+        yield window.gap
+    elif isinstance(window, ast.CountWindow):
+        yield from window.columns
+
+
+def nested_selects(select: ast.Select) -> Iterator[ast.Select]:
+    """The SELECT and every SELECT inside its FROM clause."""
+    yield select
+    stack: list[ast.FromSource | None] = [select.source]
+    while stack:
+        source = stack.pop()
+        if isinstance(source, ast.SubquerySource):
+            yield from nested_selects(source.query)
+        elif isinstance(source, ast.Join):
+            stack += [source.left, source.right]
+
+
+def all_expressions(select: ast.Select) -> Iterator[ast.Expr]:
+    """Every node of every expression in the SELECT and its subqueries."""
+    for sub in nested_selects(select):
+        for expr in select_expressions(sub):
+            yield from walk(expr)
+
+
+def sources(select: ast.Select) -> Iterator[ast.FromSource]:
+    """Leaf FROM sources (tables and placeholders) of the SELECT and its subqueries."""
+    for sub in nested_selects(select):
+        stack: list[ast.FromSource | None] = [sub.source]
+        while stack:
+            source = stack.pop()
+            if isinstance(source, ast.Join):
+                stack += [source.left, source.right]
+            elif isinstance(source, ast.TableSource | ast.PlaceholderSource):
+                yield source

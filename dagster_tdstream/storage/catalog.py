@@ -1,0 +1,391 @@
+"""The warehouse catalog: metadata in a SQL database through SQLAlchemy.
+
+Owns databases (precision and options), table definitions (super, child, normal tables),
+child tables' tag values (the companion rows joined at read time), the per-child-table
+write watermark that lets ordered appends skip the merge, and the stream registry. SQLite
+in the warehouse by default, any SQLAlchemy URL (PostgreSQL in production) by config.
+Must not touch Delta files: ``tables.py`` does, and the warehouse keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    update,
+)
+
+from ..sql.ast import ColumnDef
+from .types import type_from_json, type_to_json
+
+_meta = MetaData()
+
+databases_table = Table(
+    "tds_databases",
+    _meta,
+    Column("name", String(192), primary_key=True),
+    Column("precision", String(2), nullable=False),
+    Column("options", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+tables_table = Table(
+    "tds_tables",
+    _meta,
+    Column("db", String(192), primary_key=True),
+    Column("name", String(192), primary_key=True),
+    Column("kind", String(8), nullable=False),  # super | child | normal
+    Column("stable", String(192)),
+    Column("uid", BigInteger, nullable=False),
+    Column("columns", Text),
+    Column("tags", Text),
+    Column("tag_values", Text),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+write_state_table = Table(
+    "tds_write_state",
+    _meta,
+    # one row per (physical Delta table, child table): the newest timestamp written and the
+    # Delta version that watermark is valid for
+    Column("db", String(192), primary_key=True),
+    Column("storage", String(192), primary_key=True),
+    Column("tbname", String(192), primary_key=True),
+    Column("last_ts", BigInteger, nullable=False),
+    Column("version", Integer, nullable=False),
+)
+
+verified_table = Table(
+    "tds_verified_versions",
+    _meta,
+    # the newest Delta version of a physical table whose writes the watermarks above account
+    # for; a table at another version was written by someone who did not record (a crash
+    # between commit and record, an outside writer), so its watermarks are recomputed
+    Column("db", String(192), primary_key=True),
+    Column("storage", String(192), primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
+streams_table = Table(
+    "tds_streams",
+    _meta,
+    Column("db", String(192), primary_key=True),
+    Column("name", String(192), primary_key=True),
+    Column("sql", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class DatabaseInfo:
+    name: str
+    precision: str
+    options: dict[str, str]
+    created_at: int
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    db: str
+    name: str
+    kind: str  # super | child | normal
+    uid: int
+    created_at: int
+    stable: str | None = None
+    columns: tuple[ColumnDef, ...] = ()
+    tags: tuple[ColumnDef, ...] = ()
+    tag_values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def storage_name(self) -> str:
+        """The Delta table that holds this table's rows (a child's rows live in its super table)."""
+        return self.stable if self.kind == "child" and self.stable else self.name
+
+    @property
+    def primary_key(self) -> str:
+        return self.columns[0].name
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    db: str
+    name: str
+    sql: str
+    status: str
+    created_at: int
+
+
+def table_uid(db: str, name: str, created_at: int) -> int:
+    """A stable 63-bit id for a table: TDengine reports a child table's uid as its group id."""
+    digest = hashlib.blake2b(f"{db}.{name}@{created_at}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & (2**63 - 1)
+
+
+class Catalog:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine: Engine = create_engine(url, future=True)
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        _meta.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # ------------------------------------------------------------------ databases
+
+    def create_database(self, conn: Connection, name: str, precision: str, options: dict[str, str]) -> None:
+        conn.execute(
+            insert(databases_table).values(
+                name=name, precision=precision, options=json.dumps(options), created_at=_now_ms()
+            )
+        )
+
+    def get_database(self, name: str, conn: Connection | None = None) -> DatabaseInfo | None:
+        with self._conn(conn) as c:
+            row = c.execute(select(databases_table).where(databases_table.c.name == name)).first()
+        if row is None:
+            return None
+        return DatabaseInfo(row.name, row.precision, json.loads(row.options), row.created_at)
+
+    def list_databases(self) -> list[DatabaseInfo]:
+        with self._conn(None) as c:
+            rows = c.execute(select(databases_table).order_by(databases_table.c.name)).all()
+        return [DatabaseInfo(r.name, r.precision, json.loads(r.options), r.created_at) for r in rows]
+
+    def drop_database(self, conn: Connection, name: str) -> None:
+        for table in (tables_table, write_state_table, verified_table, streams_table):
+            conn.execute(delete(table).where(table.c.db == name))
+        conn.execute(delete(databases_table).where(databases_table.c.name == name))
+
+    # ------------------------------------------------------------------ tables
+
+    def add_table(self, conn: Connection, info: TableInfo) -> None:
+        conn.execute(
+            insert(tables_table).values(
+                db=info.db,
+                name=info.name,
+                kind=info.kind,
+                stable=info.stable,
+                uid=info.uid,
+                columns=json.dumps([type_to_json(c) for c in info.columns]) if info.columns else None,
+                tags=json.dumps([type_to_json(c) for c in info.tags]) if info.tags else None,
+                tag_values=json.dumps(info.tag_values) if info.kind == "child" else None,
+                created_at=info.created_at,
+            )
+        )
+
+    def get_table(self, db: str, name: str, conn: Connection | None = None) -> TableInfo | None:
+        with self._conn(conn) as c:
+            row = c.execute(
+                select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name == name))
+            ).first()
+            if row is None:
+                return None
+            if row.kind == "child":
+                parent = c.execute(
+                    select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name == row.stable))
+                ).first()
+                return self._info(row, parent)
+            return self._info(row, None)
+
+    def list_tables(self, db: str, kinds: Iterable[str]) -> list[TableInfo]:
+        kinds = tuple(kinds)
+        with self._conn(None) as c:
+            rows = c.execute(
+                select(tables_table)
+                .where(and_(tables_table.c.db == db, tables_table.c.kind.in_(kinds)))
+                .order_by(tables_table.c.name)
+            ).all()
+            supers = {
+                r.name: r
+                for r in c.execute(
+                    select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.kind == "super"))
+                ).all()
+            }
+        return [self._info(r, supers.get(r.stable) if r.kind == "child" else None) for r in rows]
+
+    def child_tables(self, db: str, stable: str, conn: Connection | None = None) -> list[TableInfo]:
+        with self._conn(conn) as c:
+            parent = c.execute(
+                select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name == stable))
+            ).first()
+            rows = c.execute(
+                select(tables_table)
+                .where(and_(tables_table.c.db == db, tables_table.c.stable == stable))
+                .order_by(tables_table.c.name)
+            ).all()
+        return [self._info(r, parent) for r in rows]
+
+    def drop_table(self, conn: Connection, db: str, name: str) -> None:
+        conn.execute(delete(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name == name)))
+        conn.execute(
+            delete(write_state_table).where(and_(write_state_table.c.db == db, write_state_table.c.tbname == name))
+        )
+
+    def forget_storage(self, conn: Connection, db: str, storage: str) -> None:
+        conn.execute(delete(verified_table).where(and_(verified_table.c.db == db, verified_table.c.storage == storage)))
+        conn.execute(
+            delete(write_state_table).where(and_(write_state_table.c.db == db, write_state_table.c.storage == storage))
+        )
+
+    def drop_children(self, conn: Connection, db: str, stable: str) -> None:
+        conn.execute(delete(tables_table).where(and_(tables_table.c.db == db, tables_table.c.stable == stable)))
+        conn.execute(
+            delete(write_state_table).where(and_(write_state_table.c.db == db, write_state_table.c.storage == stable))
+        )
+
+    def set_tag_values(self, conn: Connection, db: str, name: str, values: dict[str, Any]) -> None:
+        conn.execute(
+            update(tables_table)
+            .where(and_(tables_table.c.db == db, tables_table.c.name == name))
+            .values(tag_values=json.dumps(values))
+        )
+
+    @staticmethod
+    def _info(row: Any, parent: Any | None) -> TableInfo:
+        source = parent if parent is not None else row
+        columns = tuple(type_from_json(c) for c in json.loads(source.columns or "[]"))
+        tags = tuple(type_from_json(c) for c in json.loads(source.tags or "[]"))
+        return TableInfo(
+            db=row.db,
+            name=row.name,
+            kind=row.kind,
+            uid=row.uid,
+            created_at=row.created_at,
+            stable=row.stable,
+            columns=columns,
+            tags=tags,
+            tag_values=json.loads(row.tag_values) if row.tag_values else {},
+        )
+
+    # ------------------------------------------------------------------ write watermarks
+
+    def write_state(self, db: str, storage: str, tbnames: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """tbname → (last_ts, version) for the child tables that have one."""
+        names = list(tbnames)
+        with self._conn(None) as c:
+            rows = c.execute(
+                select(write_state_table).where(
+                    and_(
+                        write_state_table.c.db == db,
+                        write_state_table.c.storage == storage,
+                        write_state_table.c.tbname.in_(names),
+                    )
+                )
+            ).all()
+        return {r.tbname: (r.last_ts, r.version) for r in rows}
+
+    def verified_version(self, db: str, storage: str) -> int | None:
+        with self._conn(None) as c:
+            row = c.execute(
+                select(verified_table.c.version).where(
+                    and_(verified_table.c.db == db, verified_table.c.storage == storage)
+                )
+            ).first()
+        return None if row is None else int(row.version)
+
+    def record_writes(self, db: str, storage: str, last_ts: dict[str, int], version: int) -> None:
+        """Record the watermarks of the child tables just written and that the table's
+        version ``version`` is accounted for."""
+        with self.transaction() as conn:
+            conn.execute(
+                delete(verified_table).where(and_(verified_table.c.db == db, verified_table.c.storage == storage))
+            )
+            conn.execute(insert(verified_table).values(db=db, storage=storage, version=version))
+            conn.execute(
+                delete(write_state_table).where(
+                    and_(
+                        write_state_table.c.db == db,
+                        write_state_table.c.storage == storage,
+                        write_state_table.c.tbname.in_(list(last_ts)),
+                    )
+                )
+            )
+            if last_ts:
+                conn.execute(
+                    insert(write_state_table),
+                    [
+                        {"db": db, "storage": storage, "tbname": name, "last_ts": ts, "version": version}
+                        for name, ts in last_ts.items()
+                    ],
+                )
+
+    # ------------------------------------------------------------------ streams
+
+    def add_stream(self, conn: Connection, db: str, name: str, sql: str) -> None:
+        conn.execute(insert(streams_table).values(db=db, name=name, sql=sql, status="Running", created_at=_now_ms()))
+
+    def get_stream(self, db: str, name: str) -> StreamInfo | None:
+        with self._conn(None) as c:
+            row = c.execute(
+                select(streams_table).where(and_(streams_table.c.db == db, streams_table.c.name == name))
+            ).first()
+        return None if row is None else StreamInfo(row.db, row.name, row.sql, row.status, row.created_at)
+
+    def list_streams(self, db: str | None = None) -> list[StreamInfo]:
+        query = select(streams_table).order_by(streams_table.c.db, streams_table.c.name)
+        if db is not None:
+            query = query.where(streams_table.c.db == db)
+        with self._conn(None) as c:
+            rows = c.execute(query).all()
+        return [StreamInfo(r.db, r.name, r.sql, r.status, r.created_at) for r in rows]
+
+    def drop_stream(self, conn: Connection, db: str, name: str) -> None:
+        conn.execute(delete(streams_table).where(and_(streams_table.c.db == db, streams_table.c.name == name)))
+
+    def set_stream_status(self, db: str, name: str, status: str) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                update(streams_table)
+                .where(and_(streams_table.c.db == db, streams_table.c.name == name))
+                .values(status=status)
+            )
+
+    @contextmanager
+    def _conn(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.engine.connect() as c:
+                yield c
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    # WAL lets the Dagster daemon's sensors read while a writer commits; the busy timeout
+    # makes concurrent processes wait instead of failing with "database is locked".
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

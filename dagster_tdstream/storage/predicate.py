@@ -1,0 +1,84 @@
+"""DELETE conditions as delta-rs predicates.
+
+Owns rendering a TDengine WHERE clause of ``DELETE FROM`` into the SQL predicate delta-rs
+evaluates (DataFusion dialect), over the stored form of the table: timestamps as integers
+in the database precision, ``tbname`` for rows of super tables. Tag conditions are refused
+with a clear message rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+from ..errors import WriteRejectedError
+from ..sql import ast
+from ..sql.constants import ConstantContext, evaluate
+from .catalog import TableInfo
+
+_COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
+
+
+def _reject(message: str, expr: ast.Expr) -> WriteRejectedError:
+    return WriteRejectedError(message, line=expr.pos.line or None, column=expr.pos.column or None)
+
+
+def delete_predicate(where: ast.Expr, info: TableInfo, ctx: ConstantContext) -> str:
+    columns = {c.name: c for c in info.columns}
+    tags = {t.name for t in info.tags}
+
+    def column(expr: ast.Expr) -> tuple[str, bool] | None:
+        """(quoted name, is timestamp) when expr names a stored column."""
+        if not isinstance(expr, ast.Column):
+            return None
+        name = expr.name.lower()
+        if name in ("_c0", "_rowts"):
+            name = info.primary_key
+        if name == "tbname" and info.kind != "normal":
+            return '"tbname"', False
+        if name in tags:
+            raise _reject(f"DELETE conditions can use the timestamp, columns and tbname, not the tag {expr.name}", expr)
+        col = columns.get(name)
+        if col is None:
+            raise _reject(f"table {info.name} has no column {expr.name}", expr)
+        return f'"{col.name}"', col.type.name == "TIMESTAMP"
+
+    def value(expr: ast.Expr, timestamp: bool) -> str:
+        result = evaluate(expr, ctx, timestamp=timestamp)
+        if result is None:
+            return "NULL"
+        if isinstance(result, bool):
+            return "true" if result else "false"
+        if isinstance(result, str):
+            return "'" + result.replace("'", "''") + "'"
+        return repr(result) if isinstance(result, float) else str(result)
+
+    def render(expr: ast.Expr) -> str:
+        if isinstance(expr, ast.Binary) and expr.op in ("AND", "OR"):
+            return f"({render(expr.left)} {expr.op} {render(expr.right)})"
+        if isinstance(expr, ast.Unary) and expr.op == "NOT":
+            return f"(NOT {render(expr.operand)})"
+        if isinstance(expr, ast.Binary) and expr.op in _COMPARISONS:
+            left, right = column(expr.left), column(expr.right)
+            if left is not None and right is None:
+                return f"({left[0]} {expr.op} {value(expr.right, left[1])})"
+            if right is not None and left is None:
+                return f"({value(expr.left, right[1])} {expr.op} {right[0]})"
+            if left is not None and right is not None:
+                return f"({left[0]} {expr.op} {right[0]})"
+        if isinstance(expr, ast.Between):
+            col = column(expr.operand)
+            if col is not None:
+                neg = "NOT " if expr.negated else ""
+                low, high = value(expr.low, col[1]), value(expr.high, col[1])
+                return f"({col[0]} {neg}BETWEEN {low} AND {high})"
+        if isinstance(expr, ast.InList):
+            col = column(expr.operand)
+            if col is not None:
+                neg = "NOT " if expr.negated else ""
+                items = ", ".join(value(item, col[1]) for item in expr.items)
+                return f"({col[0]} {neg}IN ({items}))"
+        if isinstance(expr, ast.IsNull):
+            col = column(expr.operand)
+            if col is not None:
+                return f"({col[0]} IS {'NOT ' if expr.negated else ''}NULL)"
+        raise _reject("DELETE supports comparisons, BETWEEN, IN and IS NULL on columns combined with AND/OR/NOT", expr)
+
+    return render(where)

@@ -1,0 +1,76 @@
+"""Reading warehouse tables into Spark.
+
+Owns how a table becomes a Spark DataFrame: the Delta snapshot's Parquet files
+(``DeltaTable.file_uris()``) read with the schema from the catalog, the companion tag rows
+joined on ``tbname`` for super and child tables, a constant ``tbname`` for normal tables.
+Views are registered under names the query translator chose. Must not write anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from .catalog import TableInfo
+from .types import arrow_schema, arrow_type
+from .warehouse import Warehouse
+
+
+def spark_type(arrow: pa.DataType) -> Any:
+    from pyspark.sql import types as T
+
+    if pa.types.is_int64(arrow):
+        return T.LongType()
+    if pa.types.is_int32(arrow):
+        return T.IntegerType()
+    if pa.types.is_int16(arrow):
+        return T.ShortType()
+    if pa.types.is_int8(arrow):
+        return T.ByteType()
+    if pa.types.is_float32(arrow):
+        return T.FloatType()
+    if pa.types.is_float64(arrow):
+        return T.DoubleType()
+    if pa.types.is_boolean(arrow):
+        return T.BooleanType()
+    if pa.types.is_string(arrow):
+        return T.StringType()
+    if pa.types.is_binary(arrow):
+        return T.BinaryType()
+    if pa.types.is_decimal(arrow):
+        return T.DecimalType(arrow.precision, arrow.scale)
+    raise TypeError(f"no Spark type for {arrow}")
+
+
+def spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
+
+
+def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo) -> Any:
+    """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags."""
+    from pyspark.sql import functions as F
+
+    storage = warehouse.find_table(info.db, info.storage_name) if info.kind == "child" else info
+    assert storage is not None
+    is_super = storage.kind == "super"
+    schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
+    files = warehouse.delta.file_uris(info.db, storage.name)
+    if files:
+        data = spark.read.schema(schema).parquet(*files)
+    else:
+        data = spark.createDataFrame([], schema)
+    if not is_super:
+        return data.withColumn("tbname", F.lit(info.name))
+    if info.kind == "child":
+        data = data.where(F.col("tbname") == info.name)
+        children = [info]
+    else:
+        children = warehouse.catalog.child_tables(info.db, info.name)
+    tag_fields = [pa.field("tbname", pa.string())] + [pa.field(t.name, arrow_type(t.type)) for t in info.tags]
+    tag_rows = [tuple([child.name] + [child.tag_values.get(t.name) for t in info.tags]) for child in children]
+    tags = spark.createDataFrame(tag_rows, spark_schema(pa.schema(tag_fields)))
+    # broadcast: the tag rows are one per child table, far smaller than the data
+    return data.join(F.broadcast(tags), "tbname", "inner")

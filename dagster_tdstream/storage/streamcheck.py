@@ -1,0 +1,290 @@
+"""CREATE STREAM rules that need the catalog.
+
+Owns what TDengine checks against table schemas when a stream is created: the trigger
+table exists and suits the trigger (SESSION on the primary key, STATE_WINDOW on an integer,
+boolean or string column, STATE/EVENT/COUNT on a super table grouped by tbname), grouping
+columns are tbname or tags, every column the trigger and the query name exists, the first
+result column is a timestamp, and an existing output table matches (kind, column count and
+types). The catalog-free rules are in ``sql/validate.py``. Reads the catalog, writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from ..errors import CatalogError, StreamValidationError
+from ..sql import ast
+from ..sql.validate import TRIGGER_PLACEHOLDERS
+from ..sql.walk import nested_selects, select_expressions, walk
+from .catalog import TableInfo
+from .warehouse import Warehouse
+
+_PSEUDO_COLUMNS = frozenset(
+    {"tbname", "_c0", "_rowts", "_wstart", "_wend", "_wduration", "_irowts", "_qstart", "_qend", "_qduration"}
+)
+_TIMESTAMP_NAMES = frozenset(
+    {"_c0", "_rowts", "_wstart", "_wend", "_twstart", "_twend", "_tcurrent_ts", "_tprev_ts", "_tnext_ts", "_irowts"}
+)
+_BIGINT_NAMES = frozenset(
+    {"_wduration", "_twduration", "_twrownum", "_tgrpid", "_tlocaltime", "_tprev_localtime", "_tnext_localtime"}
+)
+_STATE_TYPES = (
+    "BOOL",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "INTEGER",
+    "BIGINT",
+    "TINYINT UNSIGNED",
+    "SMALLINT UNSIGNED",
+    "INT UNSIGNED",
+    "BIGINT UNSIGNED",
+    "VARCHAR",
+    "BINARY",
+    "NCHAR",
+)
+
+TIMESTAMP = ast.DataType("TIMESTAMP")
+BIGINT = ast.DataType("BIGINT")
+DOUBLE = ast.DataType("DOUBLE")
+
+
+def _fail(message: str, node: ast.Expr | ast.QualifiedName | None = None) -> StreamValidationError:
+    pos = getattr(node, "pos", None)
+    if pos is not None and pos.line:
+        return StreamValidationError(message, line=pos.line, column=pos.column)
+    return StreamValidationError(message)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    types: dict[str, ast.DataType]
+    tags: frozenset[str]
+    primary_key: str | None
+    label: str
+
+
+def _columns_of(info: TableInfo) -> _Columns:
+    types = {c.name: c.type for c in (*info.columns, *info.tags)}
+    return _Columns(types, frozenset(t.name for t in info.tags), info.primary_key, f"{info.db}.{info.name}")
+
+
+def check_stream_against_catalog(stmt: ast.CreateStream, db: str, warehouse: Warehouse, tz: ZoneInfo) -> None:
+    del tz  # time literals were checked by the catalog-free rules
+
+    def lookup(name: ast.QualifiedName) -> TableInfo:
+        table_db = (name.db or db).lower()
+        if warehouse.catalog.get_database(table_db) is None:
+            raise _fail(f"database {table_db} does not exist", name)
+        info = warehouse.find_table(table_db, name.name.lower())
+        if info is None:
+            raise _fail(f"table {table_db}.{name.name.lower()} does not exist", name)
+        return info
+
+    trigger_info = lookup(stmt.trigger_table) if stmt.trigger_table is not None else None
+    trigger_cols = _columns_of(trigger_info) if trigger_info is not None else None
+    if trigger_info is not None and trigger_cols is not None:
+        _check_trigger(stmt, trigger_info, trigger_cols)
+    if stmt.query is not None:
+        outputs = _check_query(stmt, stmt.query, trigger_cols, lookup)
+        _check_output_table(stmt, db, outputs, warehouse, lookup)
+
+
+def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> None:
+    grouped_by_tbname = False
+    for expr in stmt.partition_by:
+        assert isinstance(expr, ast.Column)  # the catalog-free rules allow only column names
+        name = expr.name.lower()
+        if name == "tbname":
+            grouped_by_tbname = True
+        elif name not in cols.tags:
+            raise _fail(
+                f"PARTITION BY {expr.name}: a stream groups by tbname or a tag of {cols.label} "
+                f"(tags: {', '.join(sorted(cols.tags)) or 'none'})",
+                expr,
+            )
+    trigger = stmt.trigger
+    if info.kind == "super" and isinstance(trigger, ast.StateTrigger | ast.EventTrigger | ast.CountTrigger):
+        if not grouped_by_tbname:
+            raise _fail(
+                f"a {trigger.kind} trigger on the super table {cols.label} needs PARTITION BY tbname", stmt.name
+            )
+    if isinstance(trigger, ast.SessionTrigger):
+        if trigger.column.name.lower() != cols.primary_key:
+            raise _fail(
+                f"SESSION needs the primary key column {cols.primary_key} of {cols.label}, not {trigger.column.name}",
+                trigger.column,
+            )
+    if isinstance(trigger, ast.StateTrigger):
+        _check_names(trigger.expr, cols, "STATE_WINDOW")
+        if isinstance(trigger.expr, ast.Column):
+            dtype = cols.types.get(trigger.expr.name.lower())
+            if dtype is not None and dtype.name not in _STATE_TYPES:
+                raise _fail(
+                    f"STATE_WINDOW column {trigger.expr.name} is {dtype}; it must be an integer, BOOL or string column",
+                    trigger.expr,
+                )
+    if isinstance(trigger, ast.EventTrigger):
+        for cond in (*trigger.start, *trigger.end):
+            _check_names(cond, cols, "EVENT_WINDOW")
+    if isinstance(trigger, ast.CountTrigger):
+        for col in trigger.columns:
+            _check_names(col, cols, "COUNT_WINDOW")
+            if col.name.lower() in cols.tags:
+                raise _fail(f"COUNT_WINDOW counts data columns, {col.name} is a tag", col)
+    pre_filter = stmt.option("PRE_FILTER")
+    if pre_filter is not None and pre_filter.expr is not None:
+        _check_names(pre_filter.expr, cols, "PRE_FILTER")
+    for expr in (stmt.output_subtable, *(t.expr for t in stmt.tags)):
+        if expr is None:
+            continue
+        for node in walk(expr):
+            if isinstance(node, ast.Column):
+                name = node.name.lower()
+                if name != "tbname" and name not in {
+                    e.name.lower() for e in stmt.partition_by if isinstance(e, ast.Column)
+                }:
+                    raise _fail(
+                        f"{node.name} is not a PARTITION BY column; OUTPUT_SUBTABLE and TAGS use group columns", node
+                    )
+
+
+def _check_names(expr: ast.Expr, cols: _Columns, where: str) -> None:
+    for node in walk(expr):
+        if isinstance(node, ast.Column):
+            name = node.name.lower()
+            if name not in cols.types and name not in ("tbname", "_c0", "_rowts"):
+                raise _fail(f"{where}: {cols.label} has no column {node.name} (columns: {', '.join(cols.types)})", node)
+
+
+def _check_query(
+    stmt: ast.CreateStream, query: ast.Select, trigger_cols: _Columns | None, lookup: object
+) -> list[ast.DataType | None]:
+    """Check column names per SELECT level; return the top level's output types (None: unknown)."""
+    outputs: list[ast.DataType | None] = []
+    for level, select in enumerate(nested_selects(query)):
+        cols = _source_columns(select.source, trigger_cols, lookup)
+        aliases = {item.alias.lower() for item in select.items if item.alias}
+        if cols is not None:
+            for expr in select_expressions(select):
+                for node in walk(expr):
+                    if not isinstance(node, ast.Column):
+                        continue
+                    name = node.name.lower()
+                    if name in cols.types or name in _PSEUDO_COLUMNS or name in TRIGGER_PLACEHOLDERS or name in aliases:
+                        continue
+                    raise _fail(
+                        f"the query reads {cols.label}, which has no column {node.name} (columns: {', '.join(cols.types)})",
+                        node,
+                    )
+        if level == 0:
+            outputs = [_infer(item.expr, cols) for item in select.items]
+    first = outputs[0] if outputs else None
+    if first is not None and first.name != "TIMESTAMP":
+        raise _fail(
+            f"the first column of the query must be a timestamp (the output primary key), found {first}",
+            query.items[0].expr,
+        )
+    del stmt
+    return outputs
+
+
+def _source_columns(source: ast.FromSource | None, trigger_cols: _Columns | None, lookup: object) -> _Columns | None:
+    if isinstance(source, ast.PlaceholderSource):
+        return trigger_cols
+    if isinstance(source, ast.TableSource):
+        return _columns_of(lookup(source.table))  # type: ignore[operator]
+    if isinstance(source, ast.Join):
+        left = _source_columns(source.left, trigger_cols, lookup)
+        right = _source_columns(source.right, trigger_cols, lookup)
+        if left is None or right is None:
+            return None
+        return _Columns(
+            {**right.types, **left.types}, left.tags | right.tags, left.primary_key, f"{left.label}, {right.label}"
+        )
+    return None  # subquery or no FROM: names are checked at their own level
+
+
+def _infer(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | None:
+    """The TDengine type of a result column when it can be told from the statement."""
+    if isinstance(expr, ast.Column):
+        name = expr.name.lower()
+        if name in _TIMESTAMP_NAMES:
+            return TIMESTAMP
+        if name in _BIGINT_NAMES:
+            return BIGINT
+        if name == "tbname":
+            return ast.DataType("VARCHAR", 192)
+        return cols.types.get(name) if cols is not None else None
+    if isinstance(expr, ast.Cast):
+        return expr.type
+    if isinstance(expr, ast.Func):
+        name = expr.name
+        if name in ("now", "today", "to_timestamp"):
+            return TIMESTAMP
+        if name in ("count", "hyperloglog"):
+            return BIGINT
+        if name in ("avg", "spread", "stddev", "stddev_pop", "var_pop", "twa", "irate", "apercentile", "percentile"):
+            return DOUBLE
+        arg = _infer(expr.args[0], cols) if expr.args and not isinstance(expr.args[0], ast.Star) else None
+        if name == "sum" and arg is not None:
+            if arg.name in ("FLOAT", "DOUBLE"):
+                return DOUBLE
+            return ast.DataType("BIGINT UNSIGNED") if "UNSIGNED" in arg.name else BIGINT
+        if name in ("min", "max", "first", "last", "last_row", "mode", "top", "bottom", "sample", "tail", "unique"):
+            return arg
+        return None
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-"):
+        left, right = _infer(expr.left, cols), _infer(expr.right, cols)
+        if TIMESTAMP in (left, right) and not (left == right == TIMESTAMP):
+            return TIMESTAMP
+        return None
+    if isinstance(expr, ast.Literal):
+        return {"int": BIGINT, "float": DOUBLE, "bool": ast.DataType("BOOL")}.get(expr.kind)
+    return None
+
+
+def _check_output_table(
+    stmt: ast.CreateStream, db: str, outputs: list[ast.DataType | None], warehouse: Warehouse, lookup: object
+) -> None:
+    if stmt.into is None:
+        return
+    into_db = (stmt.into.db or db).lower()
+    into_name = stmt.into.name.lower()
+    for source in _table_sources(stmt.query):
+        if (source.db or db).lower() == into_db and source.name.lower() == into_name:
+            raise _fail("the output table cannot be a table the query reads", stmt.into)
+    if warehouse.catalog.get_database(into_db) is None:
+        raise CatalogError(f"database {into_db} of the output table does not exist")
+    existing = warehouse.find_table(into_db, into_name)
+    if existing is None:
+        return
+    label = f"{into_db}.{into_name}"
+    if existing.kind == "child":
+        raise _fail(f"the output table {label} is a child table; name a super table or a new table", stmt.into)
+    if stmt.partition_by and existing.kind != "super":
+        raise _fail(f"a grouped stream writes a super table, but {label} is a normal table", stmt.into)
+    if not stmt.partition_by and existing.kind != "normal":
+        raise _fail(f"a stream without PARTITION BY writes a normal table, but {label} is a super table", stmt.into)
+    if len(existing.columns) != len(outputs):
+        raise _fail(
+            f"the existing output table {label} has {len(existing.columns)} columns, the query returns {len(outputs)}",
+            stmt.into,
+        )
+    for col, inferred in zip(existing.columns, outputs, strict=True):
+        if inferred is not None and inferred.name != col.type.name:
+            raise _fail(
+                f"the existing output table {label} does not match: column {col.name} is {col.type}, "
+                f"the query gives {inferred}",
+                stmt.into,
+            )
+    del lookup
+
+
+def _table_sources(query: ast.Select | None) -> list[ast.QualifiedName]:
+    if query is None:
+        return []
+    from ..sql.walk import sources
+
+    return [s.table for s in sources(query) if isinstance(s, ast.TableSource)]

@@ -1,0 +1,184 @@
+"""TDengine data types in the lakehouse.
+
+Owns the mapping of TDengine column/tag types to Arrow types (what Delta stores), their
+JSON form in the catalog, and coercion of Python values into a column's type. Timestamps
+are stored as int64 counts of the database precision: Delta's own timestamp type is
+microseconds, which would lose nanosecond databases. Knows nothing of SQL text or Spark.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pyarrow as pa
+
+from ..sql.ast import ColumnDef, DataType
+
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "TINYINT": (-(2**7), 2**7 - 1),
+    "SMALLINT": (-(2**15), 2**15 - 1),
+    "INT": (-(2**31), 2**31 - 1),
+    "INTEGER": (-(2**31), 2**31 - 1),
+    "BIGINT": (-(2**63), 2**63 - 1),
+    "TINYINT UNSIGNED": (0, 2**8 - 1),
+    "SMALLINT UNSIGNED": (0, 2**16 - 1),
+    "INT UNSIGNED": (0, 2**32 - 1),
+    # Delta has no unsigned types; BIGINT UNSIGNED is stored as int64 and so limited to 2^63-1.
+    "BIGINT UNSIGNED": (0, 2**63 - 1),
+}
+
+_ARROW: dict[str, pa.DataType] = {
+    "TIMESTAMP": pa.int64(),
+    "BOOL": pa.bool_(),
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INT": pa.int32(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    # unsigned types widen to the next signed type so every value fits
+    "TINYINT UNSIGNED": pa.int16(),
+    "SMALLINT UNSIGNED": pa.int32(),
+    "INT UNSIGNED": pa.int64(),
+    "BIGINT UNSIGNED": pa.int64(),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "BINARY": pa.string(),
+    "VARCHAR": pa.string(),
+    "NCHAR": pa.string(),
+    "JSON": pa.string(),
+    "VARBINARY": pa.binary(),
+    "GEOMETRY": pa.binary(),
+}
+
+STRING_TYPES = ("BINARY", "VARCHAR", "NCHAR", "JSON")
+
+
+def arrow_type(dtype: DataType) -> pa.DataType:
+    if dtype.name == "DECIMAL":
+        return pa.decimal128(dtype.length or 10, dtype.scale or 0)
+    return _ARROW[dtype.name]
+
+
+def arrow_schema(columns: tuple[ColumnDef, ...], *, with_tbname: bool) -> pa.Schema:
+    fields = [pa.field(c.name, arrow_type(c.type)) for c in columns]
+    if with_tbname:
+        fields.insert(0, pa.field("tbname", pa.string(), nullable=False))
+    return pa.schema(fields)
+
+
+def type_to_json(col: ColumnDef) -> dict[str, Any]:
+    return {
+        "name": col.name,
+        "type": col.type.name,
+        "length": col.type.length,
+        "scale": col.type.scale,
+        "primary_key": col.primary_key,
+        "comment": col.comment,
+    }
+
+
+def type_from_json(data: dict[str, Any]) -> ColumnDef:
+    return ColumnDef(
+        data["name"],
+        DataType(data["type"], data.get("length"), data.get("scale")),
+        bool(data.get("primary_key")),
+        data.get("comment"),
+    )
+
+
+def display_type(dtype: DataType) -> str:
+    return str(dtype)
+
+
+def display_length(dtype: DataType) -> int:
+    if dtype.name in ("BINARY", "VARCHAR", "NCHAR", "VARBINARY", "GEOMETRY"):
+        return dtype.length or 0
+    sizes = {
+        "TIMESTAMP": 8, "BOOL": 1, "TINYINT": 1, "SMALLINT": 2, "INT": 4, "INTEGER": 4, "BIGINT": 8,
+        "TINYINT UNSIGNED": 1, "SMALLINT UNSIGNED": 2, "INT UNSIGNED": 4, "BIGINT UNSIGNED": 8,
+        "FLOAT": 4, "DOUBLE": 8, "JSON": 4095, "DECIMAL": 16,
+    }  # fmt: skip
+    return sizes.get(dtype.name, 0)
+
+
+class ValueTypeError(ValueError):
+    """A value does not fit a column's type; the caller adds the statement position."""
+
+
+def coerce(value: Any, dtype: DataType, column: str) -> Any:
+    """A Python value (already evaluated: timestamps as ints) converted to ``dtype``."""
+    if value is None:
+        return None
+    name = dtype.name
+    if name in _INT_RANGES or name == "TIMESTAMP":
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, float):
+            if not math.isfinite(value) or value != int(value):
+                if name == "TIMESTAMP":
+                    raise ValueTypeError(f"column {column} (TIMESTAMP) needs an integer, got {value}")
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ValueTypeError(f"column {column} ({dtype}) needs an integer, got {value!r}") from None
+        if not isinstance(value, int):
+            raise ValueTypeError(f"column {column} ({dtype}) needs an integer, got {value!r}")
+        if name != "TIMESTAMP":
+            low, high = _INT_RANGES[name]
+            if not low <= value <= high:
+                raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
+        return value
+    if name in ("FLOAT", "DOUBLE"):
+        if isinstance(value, bool):
+            return float(value)
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueTypeError(f"column {column} ({dtype}) needs a number, got {value!r}") from None
+        raise ValueTypeError(f"column {column} ({dtype}) needs a number, got {value!r}")
+    if name == "BOOL":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int | float):
+            return value != 0
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueTypeError(f"column {column} (BOOL) needs true or false, got {value!r}")
+    if name in STRING_TYPES:
+        text = value if isinstance(value, str) else _plain(value)
+        limit = dtype.length
+        size = len(text.encode()) if name == "BINARY" or name == "VARCHAR" else len(text)
+        if limit is not None and size > limit:
+            raise ValueTypeError(f"value {text[:20]!r}… is longer than {dtype} allows for column {column}")
+        return text
+    if name in ("VARBINARY", "GEOMETRY"):
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, str):
+            if value.startswith("\\x"):
+                try:
+                    return bytes.fromhex(value[2:])
+                except ValueError:
+                    raise ValueTypeError(f"invalid hex literal for column {column}") from None
+            return value.encode()
+        raise ValueTypeError(f"column {column} ({dtype}) needs a string, got {value!r}")
+    if name == "DECIMAL":
+        import decimal
+
+        try:
+            return decimal.Decimal(str(value)).quantize(decimal.Decimal(1).scaleb(-(dtype.scale or 0)))
+        except decimal.InvalidOperation:
+            raise ValueTypeError(f"column {column} ({dtype}) needs a decimal, got {value!r}") from None
+    raise ValueTypeError(f"unsupported type {dtype} for column {column}")
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

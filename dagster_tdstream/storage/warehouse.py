@@ -1,0 +1,312 @@
+"""The warehouse: catalog + Delta tables kept in step.
+
+Owns where a warehouse lives (a URI, ``TDSTREAM_WAREHOUSE``, default ``./.tdstream``), its
+metadata URL (``TDSTREAM_METADATA_URL``, default SQLite inside the warehouse), and every
+change to tables: creating/dropping databases and tables, writing rows with TDengine's
+update semantics (same timestamp in the same child table: the later write wins) while
+ordered appends skip the merge, deleting, and tag changes. Values arrive already typed:
+parsing SQL is the session's job, reading for queries is ``spark_read.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import CatalogError
+from ..sql.ast import ColumnDef
+from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
+from .delta import DeltaStore, is_local, local_path
+from .types import arrow_schema, arrow_type
+
+DEFAULT_WAREHOUSE = ".tdstream"
+WAREHOUSE_ENV = "TDSTREAM_WAREHOUSE"
+METADATA_ENV = "TDSTREAM_METADATA_URL"
+
+
+def resolve_warehouse_uri(uri: str | None = None) -> str:
+    chosen = uri or os.environ.get(WAREHOUSE_ENV) or DEFAULT_WAREHOUSE
+    if is_local(chosen):
+        return str(local_path(chosen).resolve())
+    return chosen
+
+
+@dataclass(frozen=True)
+class WriteBatch:
+    """Rows for one child or normal table, in its column order (missing columns as None)."""
+
+    table: TableInfo
+    rows: Sequence[Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    rows: int
+    merged: bool
+    versions: dict[str, int]  # storage table → new Delta version (WAL offset)
+
+
+class Warehouse:
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        metadata_url: str | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.uri = resolve_warehouse_uri(uri)
+        if is_local(self.uri):
+            local_path(self.uri).mkdir(parents=True, exist_ok=True)
+        url = metadata_url or os.environ.get(METADATA_ENV)
+        if url is None:
+            if not is_local(self.uri):
+                raise CatalogError(
+                    f"warehouse {self.uri} is not a local folder: give a metadata URL "
+                    f"(--metadata-url or {METADATA_ENV}), e.g. a PostgreSQL URL"
+                )
+            url = f"sqlite:///{Path(local_path(self.uri)) / 'catalog.sqlite'}"
+        self.catalog = Catalog(url)
+        self.delta = DeltaStore(self.uri, storage_options)
+
+    def close(self) -> None:
+        self.catalog.dispose()
+
+    # ------------------------------------------------------------------ databases
+
+    def database(self, name: str) -> DatabaseInfo:
+        info = self.catalog.get_database(name)
+        if info is None:
+            raise CatalogError(f"database {name} does not exist")
+        return info
+
+    def create_database(self, name: str, precision: str, options: dict[str, str], *, if_not_exists: bool) -> bool:
+        with self.catalog.transaction() as conn:
+            if self.catalog.get_database(name, conn) is not None:
+                if if_not_exists:
+                    return False
+                raise CatalogError(f"database {name} already exists")
+            self.catalog.create_database(conn, name, precision, options)
+        return True
+
+    def drop_database(self, name: str, *, if_exists: bool) -> bool:
+        with self.catalog.transaction() as conn:
+            if self.catalog.get_database(name, conn) is None:
+                if if_exists:
+                    return False
+                raise CatalogError(f"database {name} does not exist")
+            self.catalog.drop_database(conn, name)
+        self.delta.drop_database(name)
+        return True
+
+    # ------------------------------------------------------------------ tables
+
+    def table(self, db: str, name: str) -> TableInfo:
+        self.database(db)
+        info = self.catalog.get_table(db, name)
+        if info is None:
+            raise CatalogError(f"table {db}.{name} does not exist")
+        return info
+
+    def find_table(self, db: str, name: str) -> TableInfo | None:
+        return self.catalog.get_table(db, name)
+
+    def create_table(
+        self,
+        db: str,
+        name: str,
+        columns: tuple[ColumnDef, ...],
+        tags: tuple[ColumnDef, ...],
+        *,
+        is_super: bool,
+        if_not_exists: bool,
+    ) -> bool:
+        self.database(db)
+        created_at = time.time_ns() // 1_000_000
+        info = TableInfo(
+            db=db,
+            name=name,
+            kind="super" if is_super else "normal",
+            uid=table_uid(db, name, created_at),
+            created_at=created_at,
+            columns=columns,
+            tags=tags,
+        )
+        with self.catalog.transaction() as conn:
+            if self.catalog.get_table(db, name, conn) is not None:
+                if if_not_exists:
+                    return False
+                raise CatalogError(f"table {db}.{name} already exists")
+            self.catalog.add_table(conn, info)
+            # the Delta table is created inside the catalog transaction: if creating it fails
+            # the catalog row is rolled back with it
+            self.delta.create(db, name, arrow_schema(columns, with_tbname=is_super))
+        return True
+
+    def create_child_tables(self, children: Sequence[TableInfo]) -> list[TableInfo]:
+        """Register child tables (already validated); existing names are skipped."""
+        created = []
+        with self.catalog.transaction() as conn:
+            for child in children:
+                if self.catalog.get_table(child.db, child.name, conn) is None:
+                    self.catalog.add_table(conn, child)
+                    created.append(child)
+        return created
+
+    def new_child(self, db: str, name: str, stable: TableInfo, tag_values: dict[str, Any]) -> TableInfo:
+        created_at = time.time_ns() // 1_000_000
+        return TableInfo(
+            db=db,
+            name=name,
+            kind="child",
+            uid=table_uid(db, name, created_at),
+            created_at=created_at,
+            stable=stable.name,
+            columns=stable.columns,
+            tags=stable.tags,
+            tag_values=tag_values,
+        )
+
+    def drop_table(self, info: TableInfo) -> None:
+        if info.kind == "child":
+            assert info.stable is not None
+            with self.catalog.transaction() as conn:
+                self.catalog.drop_table(conn, info.db, info.name)
+            self.delta.delete(info.db, info.stable, f"tbname = {_sql_string(info.name)}")
+            return
+        with self.catalog.transaction() as conn:
+            if info.kind == "super":
+                self.catalog.drop_children(conn, info.db, info.name)
+            self.catalog.forget_storage(conn, info.db, info.name)
+            self.catalog.drop_table(conn, info.db, info.name)
+        self.delta.drop(info.db, info.name)
+
+    def set_tags(self, info: TableInfo, values: dict[str, Any]) -> None:
+        with self.catalog.transaction() as conn:
+            self.catalog.set_tag_values(conn, info.db, info.name, {**info.tag_values, **values})
+
+    # ------------------------------------------------------------------ writes
+
+    def write(self, batches: Sequence[WriteBatch], new_children: Sequence[TableInfo] = ()) -> WriteResult:
+        """Write validated rows: one Delta commit per physical table touched. Child tables
+        created by this write (INSERT … USING) are registered first and removed again if
+        the data commit fails, so a failed write leaves the catalog as it was."""
+        created = self.create_child_tables(new_children)
+        try:
+            return self._write(batches)
+        except BaseException:
+            with self.catalog.transaction() as conn:
+                for child in created:
+                    self.catalog.drop_table(conn, child.db, child.name)
+            raise
+
+    def _write(self, batches: Sequence[WriteBatch]) -> WriteResult:
+        by_storage: dict[tuple[str, str], list[WriteBatch]] = {}
+        for batch in batches:
+            by_storage.setdefault((batch.table.db, batch.table.storage_name), []).append(batch)
+        total = 0
+        merged_any = False
+        versions: dict[str, int] = {}
+        for (db, storage), group in by_storage.items():
+            rows, merged, version = self._write_storage(db, storage, group)
+            total += rows
+            merged_any |= merged
+            versions[f"{db}.{storage}"] = version
+        return WriteResult(total, merged_any, versions)
+
+    def _write_storage(self, db: str, storage: str, group: list[WriteBatch]) -> tuple[int, bool, int]:
+        first = group[0].table
+        columns = first.columns
+        is_super = first.kind == "child"
+        # TDengine update semantics inside one statement too: the last row for a key wins.
+        # Plain Python, not pandas: a NULL would turn an int64 column into floats and lose
+        # nanosecond timestamps.
+        latest: dict[tuple[str, int], Sequence[Any]] = {}
+        for batch in group:
+            for row in batch.rows:
+                latest[(batch.table.name, row[0])] = row
+        batch_min: dict[str, int] = {}
+        batch_max: dict[str, int] = {}
+        for name, ts in latest:
+            batch_min[name] = min(ts, batch_min.get(name, ts))
+            batch_max[name] = max(ts, batch_max.get(name, ts))
+        rows = list(latest.values())
+        arrays = {
+            col.name: pa.array([row[i] for row in rows], type=arrow_type(col.type)) for i, col in enumerate(columns)
+        }
+        if is_super:
+            arrays = {"tbname": pa.array([name for name, _ in latest], pa.string()), **arrays}
+        table = pa.table(arrays, schema=arrow_schema(columns, with_tbname=is_super))
+        watermarks = self._watermarks(db, storage, list(batch_max), first.primary_key, is_super)
+        needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
+        keys = ("tbname", first.primary_key) if is_super else (first.primary_key,)
+        if needs_merge:
+            version = self.delta.upsert(db, storage, table, keys)
+        else:
+            version = self.delta.append(db, storage, table)
+        new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
+        self.catalog.record_writes(db, storage, new_marks, version)
+        return table.num_rows, needs_merge, version
+
+    def _watermarks(self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool) -> dict[str, int]:
+        """tbname → newest timestamp stored. Trusted from the catalog when the catalog has
+        accounted for the table's current version; otherwise recomputed from the data."""
+        current = self.delta.version(db, storage)
+        verified = self.catalog.verified_version(db, storage)
+        if verified == current or (verified is None and current == 0):
+            return {name: ts for name, (ts, _) in self.catalog.write_state(db, storage, tbnames).items()}
+        if is_super:
+            data = self.delta.read(db, storage, ["tbname", pk], [("tbname", "in", tbnames)])
+            grouped = data.group_by("tbname").aggregate([(pk, "max")])
+            return dict(zip(grouped["tbname"].to_pylist(), grouped[f"{pk}_max"].to_pylist(), strict=True))
+        data = self.delta.read(db, storage, [pk])
+        if data.num_rows == 0:
+            return {}
+        return {tbnames[0]: int(pc.max(data[pk]).as_py())}
+
+    def delete(self, info: TableInfo, predicate: str | None) -> int:
+        """Delete rows of a table matching a delta-rs SQL predicate (None: all rows)."""
+        clauses = []
+        if info.kind == "child":
+            clauses.append(f"tbname = {_sql_string(info.name)}")
+        if predicate:
+            clauses.append(f"({predicate})")
+        deleted, version = self.delta.delete(info.db, info.storage_name, " AND ".join(clauses) or "true")
+        # watermarks stay valid upper bounds after a delete; the version is accounted for
+        self.catalog.record_writes(info.db, info.storage_name, {}, version)
+        return deleted
+
+    # ------------------------------------------------------------------ reads (Python side)
+
+    def read_table(self, info: TableInfo) -> pa.Table:
+        """A table's current rows as Arrow (tags joined for super and child tables); for
+        tests and small tools — queries go through Spark."""
+        data = self.delta.read(info.db, info.storage_name)
+        if info.kind == "normal":
+            return data
+        children = [info] if info.kind == "child" else self.catalog.child_tables(info.db, info.name)
+        if info.kind == "child":
+            data = data.filter(pc.equal(data["tbname"], info.name))
+        tag_table = tags_arrow(children, info.tags)
+        return data.join(tag_table, "tbname", join_type="inner")
+
+
+_NO_ROWS = -(2**63)
+
+
+def tags_arrow(children: Sequence[TableInfo], tags: tuple[ColumnDef, ...]) -> pa.Table:
+    """The companion tag rows of child tables as an Arrow table (tbname + tag columns)."""
+    columns: dict[str, pa.Array] = {"tbname": pa.array([c.name for c in children], pa.string())}
+    for tag in tags:
+        columns[tag.name] = pa.array([c.tag_values.get(tag.name) for c in children], type=arrow_type(tag.type))
+    return pa.table(columns)
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
