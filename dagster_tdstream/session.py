@@ -60,8 +60,9 @@ class Session:
         return list(self.iter_execute(sql))
 
     def iter_execute(self, sql: str) -> Iterator[Result]:
-        for part in split_statements(sql):
-            stmt = parse_statement_text(part, sql)
+        # parse the whole script first: a syntax error anywhere runs nothing
+        statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
+        for stmt in statements:
             yield self.execute_statement(stmt)
 
     def query(self, sql: str) -> Result:

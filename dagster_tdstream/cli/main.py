@@ -1,1 +1,165 @@
-def main(): ...
+"""Entry point of the ``tdstream`` command (see the package docstring)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import TDStreamError
+from ..sql import ast
+from ..sql.parser import parse_statement
+from ..sql.timeunits import TimeValueError, resolve_timezone
+from ..sql.validate import validate_create_stream
+
+TIMEZONE_ENV = "TDSTREAM_TIMEZONE"
+
+
+def _fail(exc: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc)
+    message = str(exc) if isinstance(exc, TDStreamError) else f"error: {type(exc).__name__}: {exc}"
+    click.echo(message, err=True)
+    sys.exit(1)
+
+
+def _guarded(debug: bool, action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except (TDStreamError, TimeValueError) as exc:
+        _fail(exc, debug)
+    except Exception as exc:  # an unexpected failure still prints one line unless --debug
+        _fail(exc, debug)
+
+
+@click.group()
+@click.version_option(package_name="dagster-tdstream")
+def main() -> None:
+    """TDengine stream computing on Dagster, Spark and Delta Lake."""
+
+
+_warehouse = click.option(
+    "--warehouse", envvar="TDSTREAM_WAREHOUSE", default=None, help="Warehouse URI (default ./.tdstream)."
+)
+_metadata = click.option(
+    "--metadata-url", envvar="TDSTREAM_METADATA_URL", default=None, help="SQLAlchemy URL of the catalog."
+)
+_timezone = click.option(
+    "--timezone", envvar=TIMEZONE_ENV, default=None, help="Session time zone (IANA name; default: local)."
+)
+_debug = click.option("--debug", is_flag=True, help="Show tracebacks.")
+
+
+@main.command()
+@click.argument("statements", required=False)
+@click.option("-f", "--file", "file", type=click.Path(exists=True, dir_okay=False), help="Run a SQL file.")
+@click.option("-d", "--database", default=None, help="Database to USE first.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@_warehouse
+@_metadata
+@_timezone
+@_debug
+def sql(
+    statements: str | None,
+    file: str | None,
+    database: str | None,
+    fmt: str,
+    warehouse: str | None,
+    metadata_url: str | None,
+    timezone: str | None,
+    debug: bool,
+) -> None:
+    """Run SQL statements ("STMT; STMT; …" or -f file.sql) against the warehouse."""
+    if (statements is None) == (file is None):
+        raise click.UsageError("give the statements as an argument or with -f FILE (one of the two)")
+    script = statements if statements is not None else Path(file).read_text()  # type: ignore[arg-type]
+
+    def run() -> None:
+        from ..session import Session
+        from ..storage.warehouse import Warehouse
+
+        session = Session(Warehouse(warehouse, metadata_url=metadata_url), database=database, timezone=timezone)
+        for result in session.iter_execute(script):
+            if result.table is None:
+                if fmt != "json":
+                    click.echo(result.message)
+                continue
+            click.echo(result.render(fmt, session.timezone))
+
+    _guarded(debug, run)
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--expect-invalid", is_flag=True, help="Every line must be rejected.")
+@click.option(
+    "--setup",
+    type=click.Path(exists=True, dir_okay=False),
+    help="DDL to run first in a scratch warehouse, so statements are also checked against those tables.",
+)
+@_timezone
+@_debug
+def parse(file: str, expect_invalid: bool, setup: str | None, timezone: str | None, debug: bool) -> None:
+    """Check one statement per line; ends with 'N passed, M failed'."""
+    lines = [
+        (number, text.strip())
+        for number, text in enumerate(Path(file).read_text().splitlines(), start=1)
+        if text.strip() and not text.strip().startswith(("--", "#"))
+    ]
+
+    def run() -> tuple[int, int]:
+        check = _checker(setup, timezone)
+        passed = failed = 0
+        for number, text in lines:
+            try:
+                check(text)
+                error = None
+            except (TDStreamError, TimeValueError) as exc:
+                error = exc
+            if debug and error is not None:
+                traceback.print_exception(error)
+            where = f"line {number}"
+            if error is not None and getattr(error, "line", None) is not None:
+                where = f"line {number}, column {error.column}"  # type: ignore[attr-defined]
+            message = getattr(error, "message", str(error)) if error is not None else ""
+            if expect_invalid:
+                ok = error is not None
+                click.echo(f"{'ok' if ok else 'FAIL'} {where}: " + (f"rejected: {message}" if ok else "accepted"))
+            else:
+                ok = error is None
+                click.echo(f"{'ok' if ok else 'FAIL'} {where}" + ("" if ok else f": {message}"))
+            passed += ok
+            failed += not ok
+        return passed, failed
+
+    passed, failed = _guarded(debug, run)
+    click.echo(f"{passed} passed, {failed} failed")
+    sys.exit(0 if failed == 0 else 1)
+
+
+def _checker(setup: str | None, timezone: str | None) -> Callable[[str], None]:
+    resolve_timezone(timezone)
+    if setup is None:
+
+        def check(text: str) -> None:
+            stmt = parse_statement(text)
+            if isinstance(stmt, ast.CreateStream):
+                validate_create_stream(stmt, timezone=timezone)
+
+        return check
+    from ..session import Session
+    from ..storage.warehouse import Warehouse
+
+    scratch = tempfile.mkdtemp(prefix="tdstream-parse-")
+    session = Session(
+        Warehouse(os.path.join(scratch, "warehouse"), metadata_url=f"sqlite:///{scratch}/catalog.sqlite"),
+        timezone=timezone,
+    )
+    session.execute(Path(setup).read_text())
+    return lambda text: None if session.check(text) else None

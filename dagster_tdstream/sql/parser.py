@@ -574,9 +574,13 @@ class _Parser:
             while True:
                 col = self.ident("an output column name")
                 columns.append(col.name)
-                if self.accept_words("COMPOSITE", "KEY"):
+                key_tok = self.peek()
+                if self.accept_words("COMPOSITE", "KEY") or self.accept_words("PRIMARY", "KEY"):
                     if len(columns) != 2:
-                        raise self.fail_at("COMPOSITE KEY can only mark the second column", col)
+                        raise self.fail_at(
+                            f"{key_tok.upper} KEY can only mark the second column (the first is the timestamp key)",
+                            key_tok,
+                        )
                     composite_key = True
                 if not self.accept_op(","):
                     break

@@ -92,11 +92,16 @@ _TS_STRING = re.compile(
 )
 
 
-def parse_timestamp(text: str, precision: str, tz: ZoneInfo) -> int:
+_TS_STRICT = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}(?: \d{1,2}:\d{1,2}:\d{1,2}(?:\.\d{1,9})?)?$")
+
+
+def parse_timestamp(text: str, precision: str, tz: ZoneInfo, *, strict: bool = False) -> int:
     """A timestamp string (``2025-01-01 00:00:00[.fff][+08:00]`` or a bare date) as an
-    integer in ``precision``; the session time zone applies when the string has none."""
+    integer in ``precision``; the session time zone applies when the string has none.
+    ``strict`` accepts only ``YYYY-MM-DD[ HH:MM:SS[.fff]]``, the form TDengine's syntax test
+    allows for stream start times (no ``T``, no zone)."""
     m = _TS_STRING.match(text.strip())
-    if m is None:
+    if m is None or (strict and not _TS_STRICT.match(text.strip())):
         raise TimeValueError(f"invalid timestamp {text!r}; expected 'YYYY-MM-DD HH:MM:SS[.fff]' or 'YYYY-MM-DD'")
     year, month, day, hour, minute, second, frac, zone = m.groups()
     try:

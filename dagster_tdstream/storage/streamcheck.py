@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from ..errors import CatalogError, StreamValidationError
 from ..sql import ast
 from ..sql.validate import TRIGGER_PLACEHOLDERS
+from ..sql.walk import children as _children
 from ..sql.walk import nested_selects, select_expressions, walk
 from .catalog import TableInfo
 from .warehouse import Warehouse
@@ -23,12 +24,10 @@ from .warehouse import Warehouse
 _PSEUDO_COLUMNS = frozenset(
     {"tbname", "_c0", "_rowts", "_wstart", "_wend", "_wduration", "_irowts", "_qstart", "_qend", "_qduration"}
 )
-_TIMESTAMP_NAMES = frozenset(
+_TIMESTAMP_NAMES = frozenset({"_tlocaltime", "_tprev_localtime", "_tnext_localtime"}) | frozenset(
     {"_c0", "_rowts", "_wstart", "_wend", "_twstart", "_twend", "_tcurrent_ts", "_tprev_ts", "_tnext_ts", "_irowts"}
 )
-_BIGINT_NAMES = frozenset(
-    {"_wduration", "_twduration", "_twrownum", "_tgrpid", "_tlocaltime", "_tprev_localtime", "_tnext_localtime"}
-)
+_BIGINT_NAMES = frozenset({"_wduration", "_twduration", "_twrownum", "_tgrpid"})
 _STATE_TYPES = (
     "BOOL",
     "TINYINT",
@@ -131,11 +130,16 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
     if isinstance(trigger, ast.CountTrigger):
         for col in trigger.columns:
             _check_names(col, cols, "COUNT_WINDOW")
-            if col.name.lower() in cols.tags:
-                raise _fail(f"COUNT_WINDOW counts data columns, {col.name} is a tag", col)
     pre_filter = stmt.option("PRE_FILTER")
     if pre_filter is not None and pre_filter.expr is not None:
         _check_names(pre_filter.expr, cols, "PRE_FILTER")
+    group_columns = {e.name.lower() for e in stmt.partition_by if isinstance(e, ast.Column)}
+    if stmt.output_subtable is not None:
+        _check_string_expr(stmt.output_subtable, cols, "OUTPUT_SUBTABLE")
+    for tag in stmt.tags:
+        produced = _check_string_expr(tag.expr, cols, f"tag {tag.name}")
+        if produced == "string" and tag.type.name not in _STRING_TYPES:
+            raise _fail(f"tag {tag.name} is {tag.type} but its expression gives a string", tag.expr)
     for expr in (stmt.output_subtable, *(t.expr for t in stmt.tags)):
         if expr is None:
             continue
@@ -148,6 +152,39 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
                     raise _fail(
                         f"{node.name} is not a PARTITION BY column; OUTPUT_SUBTABLE and TAGS use group columns", node
                     )
+
+
+_STRING_TYPES = ("VARCHAR", "BINARY", "NCHAR")
+_STRING_FUNCS = frozenset({"concat", "concat_ws", "upper", "lower", "substr", "replace", "ltrim", "rtrim", "trim"})
+
+
+def _check_string_expr(expr: ast.Expr, cols: _Columns, where: str) -> str | None:
+    """Check string functions get string arguments; return 'string', 'number' or None
+    (unknown) for the expression's own kind."""
+    if isinstance(expr, ast.Literal):
+        return {"string": "string", "int": "number", "float": "number"}.get(expr.kind)
+    if isinstance(expr, ast.Column):
+        if expr.name.lower() == "tbname":
+            return "string"
+        dtype = cols.types.get(expr.name.lower())
+        if dtype is None:
+            return None
+        return "string" if dtype.name in _STRING_TYPES else "number"
+    if isinstance(expr, ast.Func) and expr.name in _STRING_FUNCS:
+        text_args = expr.args[:1] if expr.name in ("substr",) else expr.args
+        if expr.name == "replace":
+            text_args = expr.args
+        for arg in text_args:
+            if _check_string_expr(arg, cols, where) == "number":
+                raise _fail(f"{where}: {expr.name}() needs string arguments, got a number", arg)
+        return "string"
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*", "/", "%"):
+        _check_string_expr(expr.left, cols, where)
+        _check_string_expr(expr.right, cols, where)
+        return "number"
+    for child in _children(expr):
+        _check_string_expr(child, cols, where)
+    return None
 
 
 def _check_names(expr: ast.Expr, cols: _Columns, where: str) -> None:
@@ -219,6 +256,8 @@ def _infer(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | None:
         return cols.types.get(name) if cols is not None else None
     if isinstance(expr, ast.Cast):
         return expr.type
+    if isinstance(expr, ast.Placeholder):
+        return ast.DataType("VARCHAR", 192) if expr.name == "tbname" else None
     if isinstance(expr, ast.Func):
         name = expr.name
         if name in ("now", "today", "to_timestamp"):
@@ -267,6 +306,33 @@ def _check_output_table(
         raise _fail(f"a grouped stream writes a super table, but {label} is a normal table", stmt.into)
     if not stmt.partition_by and existing.kind != "normal":
         raise _fail(f"a stream without PARTITION BY writes a normal table, but {label} is a super table", stmt.into)
+    if not stmt.columns:
+        raise _fail(
+            f"the output table {label} exists: name its columns after INTO "
+            f"({', '.join(c.name for c in existing.columns)})",
+            stmt.into,
+        )
+    if [c.lower() for c in stmt.columns] != [c.name for c in existing.columns][: len(stmt.columns)]:
+        raise _fail(
+            f"the output column list does not match the existing table {label} "
+            f"(columns: {', '.join(c.name for c in existing.columns)})",
+            stmt.into,
+        )
+    if existing.kind == "super":
+        if stmt.tags:
+            names = [t.name.lower() for t in stmt.tags]
+            if names != [t.name for t in existing.tags]:
+                raise _fail(
+                    f"TAGS must match the tags of the existing table {label} "
+                    f"({', '.join(t.name for t in existing.tags)})",
+                    stmt.into,
+                )
+        elif len(stmt.partition_by) != len(existing.tags):
+            raise _fail(
+                f"without TAGS the output tags are the {len(stmt.partition_by)} PARTITION BY column(s), but the "
+                f"existing table {label} has {len(existing.tags)} tag(s)",
+                stmt.into,
+            )
     if len(existing.columns) != len(outputs):
         raise _fail(
             f"the existing output table {label} has {len(existing.columns)} columns, the query returns {len(outputs)}",
