@@ -260,7 +260,8 @@ class Session:
             if info is None:
                 if target.using is None:
                     raise CatalogError(
-                        f"table {db}.{name} does not exist; create it or write INSERT INTO {name} USING stable TAGS (...)",
+                        f"table {db}.{name} does not exist; create it or write "
+                        f"INSERT INTO {name} USING stable TAGS (...)",
                         line=target.pos.line,
                         column=target.pos.column,
                     )
@@ -268,7 +269,8 @@ class Session:
                 new_children.append(info)
             if info.kind == "super":
                 raise WriteRejectedError(
-                    f"{info.name} is a super table: insert into a child table (INSERT INTO ct USING {info.name} TAGS (...))",
+                    f"{info.name} is a super table: insert into a child table "
+                    f"(INSERT INTO ct USING {info.name} TAGS (...))",
                     line=target.pos.line,
                     column=target.pos.column,
                 )

@@ -162,4 +162,8 @@ def _checker(setup: str | None, timezone: str | None) -> Callable[[str], None]:
         timezone=timezone,
     )
     session.execute(Path(setup).read_text())
-    return lambda text: None if session.check(text) else None
+
+    def check_with_catalog(text: str) -> None:
+        session.check(text)
+
+    return check_with_catalog

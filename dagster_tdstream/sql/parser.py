@@ -870,8 +870,9 @@ class _Parser:
                 alias = alias_tok.string_value
             else:
                 alias = self.ident("an alias").name
-        elif self.peek().kind is Kind.QUOTED_IDENT or (
-            self.peek().kind is Kind.IDENT and self.peek().upper not in _CLAUSE_WORDS
+        elif not isinstance(expr, ast.Star) and (
+            self.peek().kind is Kind.QUOTED_IDENT
+            or (self.peek().kind is Kind.IDENT and self.peek().upper not in _CLAUSE_WORDS)
         ):
             alias = self.next().name
         return ast.SelectItem(expr, alias, text)
@@ -1208,11 +1209,11 @@ class _NotConstant(Exception):
 def _fold_duration(expr: ast.Expr) -> Duration:
     """Fold a constant duration expression (``12+30s``); a bare integer counts as milliseconds,
     the default database precision, as TDengine reads it in a millisecond database."""
+    if isinstance(expr, ast.DurationLiteral):
+        return expr.duration
     nanos = _fold_nanos(expr)
     if nanos < 0:
         raise TimeValueError("a duration cannot be negative")
-    if isinstance(expr, ast.DurationLiteral):
-        return expr.duration
     for unit in ("w", "d", "h", "m", "s", "a", "u", "b"):
         if nanos % NANOS_PER_UNIT[unit] == 0:
             return Duration(nanos // NANOS_PER_UNIT[unit], unit)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..errors import StreamValidationError
 from . import ast
-from .timeunits import DAY_NANOS, NANOS_PER_UNIT, Duration, TimeValueError, parse_timestamp, resolve_timezone
 from .text import expr_text, name_key
+from .timeunits import DAY_NANOS, NANOS_PER_UNIT, Duration, TimeValueError, parse_timestamp, resolve_timezone
 from .walk import all_expressions, children, sources, walk
 
 PERIOD_PLACEHOLDERS = frozenset({"_tprev_localtime", "_tnext_localtime"})
@@ -166,12 +166,17 @@ def _validate_options(stmt: ast.CreateStream, timezone: str | None) -> None:
                 if isinstance(node, ast.Column) and node.name.lower() in TRIGGER_PLACEHOLDERS:
                     raise _fail(f"PRE_FILTER cannot use the placeholder {node.name}", node.pos)
     watermark, expired = stmt.option("WATERMARK"), stmt.option("EXPIRED_TIME")
-    if watermark and expired and watermark.duration and expired.duration:
-        if _approx_nanos(expired.duration) <= _approx_nanos(watermark.duration):
-            raise _fail(
-                f"EXPIRED_TIME {expired.duration} must be greater than WATERMARK {watermark.duration}",
-                expired.pos,
-            )
+    if (
+        watermark
+        and expired
+        and watermark.duration
+        and expired.duration
+        and _approx_nanos(expired.duration) <= _approx_nanos(watermark.duration)
+    ):
+        raise _fail(
+            f"EXPIRED_TIME {expired.duration} must be greater than WATERMARK {watermark.duration}",
+            expired.pos,
+        )
     if "CALC_NOTIFY_ONLY" in seen and stmt.notification is None:
         opt = stmt.option("CALC_NOTIFY_ONLY")
         raise _fail("CALC_NOTIFY_ONLY needs a NOTIFY(...) clause", opt.pos if opt else None)

@@ -58,10 +58,7 @@ def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo) -> Any:
     is_super = storage.kind == "super"
     schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
     files = warehouse.delta.file_uris(info.db, storage.name)
-    if files:
-        data = spark.read.schema(schema).parquet(*files)
-    else:
-        data = spark.createDataFrame([], schema)
+    data = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
     if not is_super:
         return data.withColumn("tbname", F.lit(info.name))
     if info.kind == "child":

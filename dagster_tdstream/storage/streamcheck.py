@@ -104,17 +104,14 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
                 expr,
             )
     trigger = stmt.trigger
-    if info.kind == "super" and isinstance(trigger, ast.StateTrigger | ast.EventTrigger | ast.CountTrigger):
-        if not grouped_by_tbname:
-            raise _fail(
-                f"a {trigger.kind} trigger on the super table {cols.label} needs PARTITION BY tbname", stmt.name
-            )
-    if isinstance(trigger, ast.SessionTrigger):
-        if trigger.column.name.lower() != cols.primary_key:
-            raise _fail(
-                f"SESSION needs the primary key column {cols.primary_key} of {cols.label}, not {trigger.column.name}",
-                trigger.column,
-            )
+    by_table_only = isinstance(trigger, ast.StateTrigger | ast.EventTrigger | ast.CountTrigger)
+    if info.kind == "super" and by_table_only and not grouped_by_tbname:
+        raise _fail(f"a {trigger.kind} trigger on the super table {cols.label} needs PARTITION BY tbname", stmt.name)
+    if isinstance(trigger, ast.SessionTrigger) and trigger.column.name.lower() != cols.primary_key:
+        raise _fail(
+            f"SESSION needs the primary key column {cols.primary_key} of {cols.label}, not {trigger.column.name}",
+            trigger.column,
+        )
     if isinstance(trigger, ast.StateTrigger):
         _check_names(trigger.expr, cols, "STATE_WINDOW")
         if isinstance(trigger.expr, ast.Column):
@@ -146,9 +143,7 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
         for node in walk(expr):
             if isinstance(node, ast.Column):
                 name = node.name.lower()
-                if name != "tbname" and name not in {
-                    e.name.lower() for e in stmt.partition_by if isinstance(e, ast.Column)
-                }:
+                if name != "tbname" and name not in group_columns:
                     raise _fail(
                         f"{node.name} is not a PARTITION BY column; OUTPUT_SUBTABLE and TAGS use group columns", node
                     )
@@ -212,7 +207,8 @@ def _check_query(
                     if name in cols.types or name in _PSEUDO_COLUMNS or name in TRIGGER_PLACEHOLDERS or name in aliases:
                         continue
                     raise _fail(
-                        f"the query reads {cols.label}, which has no column {node.name} (columns: {', '.join(cols.types)})",
+                        f"the query reads {cols.label}, which has no column {node.name} "
+                        f"(columns: {', '.join(cols.types)})",
                         node,
                     )
         if level == 0:

@@ -115,9 +115,8 @@ def coerce(value: Any, dtype: DataType, column: str) -> Any:
         if isinstance(value, bool):
             value = int(value)
         if isinstance(value, float):
-            if not math.isfinite(value) or value != int(value):
-                if name == "TIMESTAMP":
-                    raise ValueTypeError(f"column {column} (TIMESTAMP) needs an integer, got {value}")
+            if (not math.isfinite(value) or value != int(value)) and name == "TIMESTAMP":
+                raise ValueTypeError(f"column {column} (TIMESTAMP) needs an integer, got {value}")
             value = int(value)
         if isinstance(value, str):
             try:

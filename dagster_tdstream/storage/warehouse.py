@@ -246,10 +246,7 @@ class Warehouse:
         watermarks = self._watermarks(db, storage, list(batch_max), first.primary_key, is_super)
         needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
         keys = ("tbname", first.primary_key) if is_super else (first.primary_key,)
-        if needs_merge:
-            version = self.delta.upsert(db, storage, table, keys)
-        else:
-            version = self.delta.append(db, storage, table)
+        version = self.delta.upsert(db, storage, table, keys) if needs_merge else self.delta.append(db, storage, table)
         new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
         self.catalog.record_writes(db, storage, new_marks, version)
         return table.num_rows, needs_merge, version

@@ -10,7 +10,6 @@ from zoneinfo import ZoneInfo
 from ...errors import QueryError
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
-from ..walk import walk
 
 # Aggregate functions this translator maps, with their Spark form; ``docs/sql-support.md``
 # lists them.
@@ -504,9 +503,9 @@ class _Renderer:
         if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
             raise _error(f"{name}() takes one column argument", expr)
         arg = self._plain_arg(expr)
-        if name in ("sum", "avg", "spread", "stddev") and arg.kind in ("string", "ts", "bool"):
-            if not (name == "spread" and arg.kind == "ts"):
-                raise _error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr)
+        spread_of_time = name == "spread" and arg.kind == "ts"
+        if name in ("sum", "avg", "spread", "stddev") and arg.kind in ("string", "ts", "bool") and not spread_of_time:
+            raise _error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr)
         if name == "sum":
             return _Typed(f"sum({arg.sql})", "float" if arg.kind == "float" else "int", True)
         if name == "avg":
@@ -572,7 +571,3 @@ _TRIGGER_NAMES = frozenset(
         "_tgrpid",
     ]
 )
-
-
-def expression_columns(expr: ast.Expr) -> list[ast.Column]:
-    return [node for node in walk(expr) if isinstance(node, ast.Column)]

@@ -1,0 +1,177 @@
+"""The SQL front end: tokens with positions, the AST of every statement kind, syntax errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from dagster_tdstream import SqlSyntaxError, parse_script, parse_statement
+from dagster_tdstream.sql import ast
+from dagster_tdstream.sql.timeunits import Duration
+from dagster_tdstream.sql.tokens import Kind, split_statements, tokenize
+
+
+def test_tokens_know_tdengine_literals_and_positions() -> None:
+    tokens = tokenize("select a from %%trows\n where b >= now+10s and c = 'it''s' -- note\n and `x y` = 1.5e3")
+    kinds = [(t.kind, t.text) for t in tokens]
+    assert (Kind.PLACEHOLDER, "%%trows") in kinds
+    assert (Kind.DURATION, "10s") in kinds
+    assert (Kind.STRING, "'it''s'") in kinds
+    assert (Kind.QUOTED_IDENT, "`x y`") in kinds
+    assert (Kind.NUMBER, "1.5e3") in kinds
+    where = next(t for t in tokens if t.text == "where")
+    assert (where.line, where.column) == (2, 2)
+    assert next(t for t in tokens if t.kind is Kind.STRING).string_value == "it's"
+    assert all(t.text != "note" for t in tokens)
+
+
+def test_split_statements_ignores_semicolons_in_strings_and_empty_statements() -> None:
+    parts = split_statements("insert into t values(now, 'a;b');;\nselect 1")
+    assert [p.text for p in parts] == ["insert into t values(now, 'a;b')", "select 1"]
+    assert (parts[1].line, parts[1].column) == (2, 1)
+
+
+def test_ddl_statements() -> None:
+    db = parse_statement("create database if not exists d1 precision 'us' vgroups 2 buffer 8 keep 365d,3650")
+    assert isinstance(db, ast.CreateDatabase)
+    assert (db.name, db.precision, db.if_not_exists) == ("d1", "us", True)
+    assert db.keep == (Duration(365, "d"), Duration(3650, "d"))
+    assert ("VGROUPS", "2") in db.options
+
+    stable = parse_statement("create stable st (ts timestamp, v int unsigned, s varchar(16) comment 'x') tags (g int)")
+    assert isinstance(stable, ast.CreateTable) and stable.is_super
+    assert [c.type for c in stable.columns] == [
+        ast.DataType("TIMESTAMP"),
+        ast.DataType("INT UNSIGNED"),
+        ast.DataType("VARCHAR", 16),
+    ]
+    assert stable.columns[2].comment == "x"
+
+    children = parse_statement("create table c1 using st tags(1) if not exists c2 using st (g) tags(2)")
+    assert isinstance(children, ast.CreateChildTables)
+    assert [c.table.name for c in children.tables] == ["c1", "c2"]
+    assert children.tables[1].tag_names == ("g",) and children.tables[1].if_not_exists
+
+    drop = parse_statement("drop table if exists d.a, b")
+    assert isinstance(drop, ast.DropTables)
+    assert drop.tables == (ast.QualifiedName("a", "d"), ast.QualifiedName("b"))
+    assert isinstance(parse_statement("drop database d1 force"), ast.DropDatabase)
+
+
+def test_insert_with_using_column_list_and_several_tables() -> None:
+    stmt = parse_statement(
+        "insert into c1 using st tags(1) (ts, v) values(now, 1)(now+1s, -2) c2 values('2025-01-01 00:00:00', 3)"
+    )
+    assert isinstance(stmt, ast.Insert)
+    first, second = stmt.targets
+    assert first.using is not None and first.columns == ("ts", "v")
+    assert first.rows[1][0] == ast.Binary("+", ast.Func("now", ()), ast.DurationLiteral(Duration(1, "s")))
+    assert first.rows[1][1] == ast.Literal(-2, "int")
+    assert second.table.name == "c2" and second.rows[0][0] == ast.Literal("2025-01-01 00:00:00", "string")
+
+
+def test_select_clauses() -> None:
+    stmt = parse_statement(
+        "select _wstart, avg(v) as a, count(*) c from st where g > 1 and ts >= '2025-01-01' partition by tbname "
+        "interval(10s, 2s) sliding(5s) fill(none) order by a desc limit 5 offset 2"
+    )
+    assert isinstance(stmt, ast.Query)
+    select = stmt.select
+    assert [i.alias or i.text for i in select.items] == ["_wstart", "a", "c"]
+    assert select.window == ast.IntervalWindow(Duration(10, "s"), Duration(2, "s"), Duration(5, "s"), ast.Fill("NONE"))
+    assert select.partition_by == (ast.Column("tbname"),)
+    assert select.order_by[0].descending and (select.limit, select.offset) == (5, 2)
+
+
+def test_unaliased_items_keep_their_source_text() -> None:
+    stmt = parse_statement("select avg(cint), cast(_tlocaltime/1000000 as timestamp) exec_ts from t")
+    assert isinstance(stmt, ast.Query)
+    assert [(i.text, i.alias) for i in stmt.select.items] == [
+        ("avg(cint)", None),
+        ("cast(_tlocaltime/1000000 as timestamp)", "exec_ts"),
+    ]
+
+
+def test_create_stream_full_grammar() -> None:
+    stmt = parse_statement(
+        "create stream if not exists d.s1 interval(10s, 1s) sliding(5s) from st partition by tbname, g "
+        "stream_options(watermark(2s) | fill_history('2025-01-01 00:00:00') | pre_filter(v > 0) | "
+        "event_type(window_open|window_close) | max_delay(3s)) "
+        "notify('ws://127.0.0.1:9/n') on(window_open|window_close) where c > 1 notify_options(notify_history) "
+        "into out output_subtable(concat('o_', tbname)) (ts, k composite key, c) "
+        "tags (grp int comment 'group' as g) as select _twstart, %%1, count(*) c from %%trows"
+    )
+    assert isinstance(stmt, ast.CreateStream)
+    assert stmt.name == ast.QualifiedName("s1", "d") and stmt.if_not_exists
+    assert stmt.trigger == ast.SlidingTrigger(Duration(5, "s"), None, Duration(10, "s"), Duration(1, "s"))
+    assert stmt.trigger.kind == "INTERVAL"
+    assert [o.name for o in stmt.options] == ["WATERMARK", "FILL_HISTORY", "PRE_FILTER", "EVENT_TYPE", "MAX_DELAY"]
+    assert stmt.option("FILL_HISTORY").start == ast.Literal("2025-01-01 00:00:00", "string")  # type: ignore[union-attr]
+    assert stmt.option("EVENT_TYPE").event_types == ("WINDOW_OPEN", "WINDOW_CLOSE")  # type: ignore[union-attr]
+    assert stmt.notification == ast.Notification(
+        ("ws://127.0.0.1:9/n",),
+        ("WINDOW_OPEN", "WINDOW_CLOSE"),
+        ast.Binary(">", ast.Column("c"), ast.Literal(1, "int")),
+        ("NOTIFY_HISTORY",),
+    )
+    assert stmt.columns == ("ts", "k", "c") and stmt.composite_key
+    assert stmt.tags == (ast.OutputTag("grp", ast.DataType("INT"), ast.Column("g"), "group"),)
+    assert stmt.query is not None and isinstance(stmt.query.source, ast.PlaceholderSource)
+
+
+@pytest.mark.parametrize(
+    ("sql", "trigger"),
+    [
+        ("period(1h, 10m)", ast.PeriodTrigger(Duration(1, "h"), Duration(10, "m"))),
+        ("sliding(1s, 100a) from t", ast.SlidingTrigger(Duration(1, "s"), Duration(100, "a"))),
+        ("session(ts, 12+30s) from t", ast.SessionTrigger(ast.Column("ts"), Duration(30012, "a"))),
+        ("state_window(c) true_for(5s) from t", ast.StateTrigger(ast.Column("c"), Duration(5, "s"))),
+        (
+            "event_window(start with (c >= 90, c >= 60)) from t",
+            ast.EventTrigger(
+                (
+                    ast.Binary(">=", ast.Column("c"), ast.Literal(90, "int")),
+                    ast.Binary(">=", ast.Column("c"), ast.Literal(60, "int")),
+                ),
+                (),
+            ),
+        ),
+        ("count_window(6, 3, a, b) from t", ast.CountTrigger(6, 3, (ast.Column("a"), ast.Column("b")))),
+    ],
+)
+def test_each_trigger(sql: str, trigger: ast.Trigger) -> None:
+    stmt = parse_statement(f"create stream s {sql} into o as select _tlocaltime, count(*) from t")
+    assert isinstance(stmt, ast.CreateStream)
+    assert stmt.trigger == trigger
+
+
+def test_stream_management_statements() -> None:
+    statements = parse_script(
+        "drop stream if exists d.s; show d.streams; start stream if exists ignore untreated s; stop stream s;"
+        "recalculate stream s from '2025-01-01 00:00:00' to 1735693200000"
+    )
+    drop, show, start, stop, recalc = statements
+    assert isinstance(drop, ast.DropStream) and drop.if_exists and drop.name.db == "d"
+    assert isinstance(show, ast.Show) and (show.what, show.db) == ("STREAMS", "d")
+    assert isinstance(start, ast.StartStream) and start.if_exists and start.ignore_untreated
+    assert isinstance(stop, ast.StopStream) and not stop.if_exists
+    assert isinstance(recalc, ast.RecalculateStream) and recalc.end == ast.Literal(1735693200000, "int")
+
+
+@pytest.mark.parametrize(
+    ("sql", "line", "column", "expected"),
+    [
+        ("select * fromm t", 1, 10, "expected end of statement, found 'fromm'"),
+        ("create stream s interval(1s) from t into o as select 1", 1, 30, "SLIDING(...) after INTERVAL"),
+        ("insert into t values(now, 1", 1, 28, "expected ')', found end of statement"),
+        ("create\n table t (ts timestamp, v inty)", 2, 27, "unknown data type 'inty'"),
+        ("create database d precision 'xs'", 1, 29, "invalid precision 'xs'"),
+        ("select 'abc from t", 1, 8, "unterminated"),
+        ("create stream s state_window(c) from t options(watermark(1.5s)) into o as select 1", 1, 58, "fractional"),
+    ],
+)
+def test_syntax_errors_have_positions_and_say_what_is_expected(sql: str, line: int, column: int, expected: str) -> None:
+    with pytest.raises(SqlSyntaxError) as info:
+        parse_statement(sql)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert expected in str(info.value)
+    assert str(info.value).startswith(f"error at line {line}, column {column}: ")

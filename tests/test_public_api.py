@@ -1,0 +1,25 @@
+"""Pins the public surface: removing or renaming an export is a breaking change."""
+
+from __future__ import annotations
+
+import dagster_tdstream
+
+
+def test_public_surface() -> None:
+    assert sorted(dagster_tdstream.__all__) == [
+        "CatalogError",
+        "QueryError",
+        "Result",
+        "Session",
+        "SqlSyntaxError",
+        "StreamValidationError",
+        "TDStreamError",
+        "Warehouse",
+        "WriteRejectedError",
+        "build_spark_session",
+        "parse_script",
+        "parse_statement",
+    ]
+    for name in dagster_tdstream.__all__:
+        assert getattr(dagster_tdstream, name) is not None
+    assert issubclass(dagster_tdstream.SqlSyntaxError, dagster_tdstream.TDStreamError)

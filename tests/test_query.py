@@ -1,0 +1,147 @@
+"""SELECT over tables and super tables, translated to Spark SQL and run on real Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from dagster_tdstream import QueryError, Session
+
+METERS = (
+    "create database power; use power;"
+    "create stable meters (ts timestamp, current float, voltage int, phase float) tags (groupid int, location varchar(24));"
+    "create table d1001 using meters tags (2, 'SF'); create table d1002 using meters tags (3, 'SF');"
+    "create table d1003 using meters tags (2, 'LA');"
+    "insert into d1001 values (1648791210000, 10.0, 219, 0.31) (1648791216000, 12.0, 220, 0.33)"
+    " (1648791220000, 11.0, null, 0.32)"
+    " d1002 values (1648791210000, 5.0, 221, 0.1) (1648791230000, 7.0, 222, 0.2)"
+    " d1003 values (1648791215000, 1.0, 200, 0.9);"
+)
+
+
+def test_projection_where_on_columns_tags_and_tbname(session: Session) -> None:
+    session.execute(METERS)
+    result = session.query(
+        "select ts, tbname, voltage, location from meters where location = 'SF' and voltage >= 220 order by ts, tbname"
+    )
+    assert result.columns == ["ts", "tbname", "voltage", "location"]
+    assert result.display_rows(session.timezone) == [
+        ["2022-04-01 05:33:30.000", "d1002", 221, "SF"],
+        ["2022-04-01 05:33:36.000", "d1001", 220, "SF"],
+        ["2022-04-01 05:33:50.000", "d1002", 222, "SF"],
+    ]
+    assert result.to_arrow().schema.field("ts").type == pa.timestamp("ms", tz="UTC")
+
+
+def test_select_star_on_super_and_child_tables(session: Session) -> None:
+    session.execute(METERS)
+    assert session.query("select * from meters limit 1").columns == [
+        "ts", "current", "voltage", "phase", "groupid", "location",
+    ]  # fmt: skip
+    child = session.query("select * from d1003")
+    assert child.columns == ["ts", "current", "voltage", "phase"]
+    assert child.display_rows(session.timezone) == [["2022-04-01 05:33:35.000", 1.0, 200, pytest.approx(0.9)]]
+
+
+def test_aggregates_with_tdengine_null_rules(session: Session) -> None:
+    session.execute(METERS)
+    row = session.query(
+        "select count(*), count(voltage), sum(voltage), avg(current), min(current), max(voltage), "
+        "first(voltage), last(voltage), last_row(voltage), first(ts), last(_c0), spread(voltage) from d1001"
+    ).rows[0]
+    count_all, count_v, total, avg, low, high, first, last, last_row, first_ts, last_ts, spread = row
+    assert (count_all, count_v, total, avg, low, high) == (3, 2, 439, 11.0, 10.0, 220)
+    # first/last skip NULLs, last_row does not
+    assert (first, last, last_row) == (219, 220, None)
+    assert (first_ts.timestamp(), last_ts.timestamp(), spread) == (1648791210.0, 1648791220.0, 1.0)
+
+
+def test_interval_sliding_windows_match_tdengine(session: Session) -> None:
+    """The conformance case interval_sliding_overlap_equals_batch_query, by hand: rows at
+    :30, :36, :40 and INTERVAL(10s) SLIDING(5s) give the four windows starting :25 … :40."""
+    session.timezone = __import__("zoneinfo").ZoneInfo("Asia/Shanghai")
+    session.execute(
+        "create database sliding0; use sliding0;"
+        "create stable st (ts timestamp, a int, b int, c int, d double) tags (ta int, tb int, tc int);"
+        "create table t1 using st tags (1, 1, 1);"
+        "insert into t1 values (1648791210000, 1, 2, 3, 1.0) (1648791216000, 2, 2, 3, 1.1) (1648791220000, 3, 2, 3, 2.1)"
+    )
+    result = session.query(
+        "select _wstart, _wend, first(ts), last(ts), count(*) c1, sum(a) c3, max(b) c4, min(c) c5 "
+        "from t1 interval(10s) sliding (5s);"
+    )
+    assert result.columns == ["_wstart", "_wend", "first(ts)", "last(ts)", "c1", "c3", "c4", "c5"]
+    assert result.display_rows(session.timezone) == [
+        ["2022-04-01 13:33:25.000", "2022-04-01 13:33:35.000", "2022-04-01 13:33:30.000", "2022-04-01 13:33:30.000", 1, 1, 2, 3],
+        ["2022-04-01 13:33:30.000", "2022-04-01 13:33:40.000", "2022-04-01 13:33:30.000", "2022-04-01 13:33:36.000", 2, 3, 2, 3],
+        ["2022-04-01 13:33:35.000", "2022-04-01 13:33:45.000", "2022-04-01 13:33:36.000", "2022-04-01 13:33:40.000", 2, 5, 2, 3],
+        ["2022-04-01 13:33:40.000", "2022-04-01 13:33:50.000", "2022-04-01 13:33:40.000", "2022-04-01 13:33:40.000", 1, 3, 2, 3],
+    ]  # fmt: skip
+
+
+def test_interval_with_offset_partition_by_and_wduration(session: Session) -> None:
+    session.execute(METERS)
+    result = session.query(
+        "select _wstart, _wduration, tbname, count(*) c, max(current) from meters "
+        "partition by tbname interval(20s, 5s) order by tbname, _wstart"
+    )
+    starts = [(r[2], r[0].timestamp(), r[1], r[3], r[4]) for r in result.rows]
+    # windows are [k*20s + 5s, …): d1001's rows at :30, :36, :40 all fall in [:25, :45)
+    assert starts == [
+        ("d1001", 1648791205.0, 20000, 3, 12.0),
+        ("d1002", 1648791205.0, 20000, 1, 5.0),
+        ("d1002", 1648791225.0, 20000, 1, 7.0),
+        ("d1003", 1648791205.0, 20000, 1, 1.0),
+    ]
+
+
+def test_group_by_tag_order_and_limit(session: Session) -> None:
+    session.execute(METERS)
+    result = session.query("select groupid, count(*) n, avg(voltage) from meters group by groupid order by n desc")
+    assert result.rows == [(2, 4, pytest.approx(213.0)), (3, 2, 221.5)]
+    limited = session.query("select ts, voltage from meters order by voltage desc limit 2 offset 1")
+    assert [r[1] for r in limited.rows] == [221, 220]
+
+
+def test_tag_changes_are_visible_to_later_queries(session: Session) -> None:
+    session.execute(METERS)
+    session.execute("alter table d1003 set tag location = 'SF'")
+    result = session.query("select count(*) from meters where location = 'SF'")
+    assert result.rows == [(6,)]
+
+
+def test_timestamp_strings_compare_in_the_session_time_zone(session: Session) -> None:
+    session.execute(METERS)
+    query = "select count(*) from meters where ts >= '2022-04-01 05:33:36' and ts < '2022-04-01 05:33:50'"
+    assert session.query(query).rows == [(2,)]  # :36 and :40
+    session.timezone = __import__("zoneinfo").ZoneInfo("Asia/Shanghai")
+    query = "select count(*) from meters where ts between '2022-04-01 13:33:35' and '2022-04-01 13:33:50'"
+    assert session.query(query).rows == [(4,)]  # :35, :36, :40, :50
+
+
+def test_nanosecond_results_keep_their_precision(session: Session) -> None:
+    session.execute(
+        "create database n precision 'ns'; use n; create table t (ts timestamp, v int);"
+        "insert into t values ('2025-01-01 00:00:00.000000001', 1) ('2025-01-01 00:00:00.000000002', 2)"
+    )
+    result = session.query("select ts, v, _rowts from t where ts > '2025-01-01 00:00:00.000000001'")
+    table = result.to_arrow()
+    assert table.schema.field("ts").type == pa.timestamp("ns", tz="UTC")
+    assert table.column("ts").cast(pa.int64()).to_pylist() == [1735689600000000002]
+    assert result.display_rows(session.timezone)[0][0] == "2025-01-01 00:00:00.000000002"
+    frame = result.to_pandas()
+    assert list(frame["v"]) == [2]
+
+
+def test_query_errors_name_the_position_and_alternatives(session: Session) -> None:
+    session.execute(METERS)
+    with pytest.raises(QueryError) as info:
+        session.query("select ts,\n nope from meters")
+    assert (info.value.line, info.value.column) == (2, 2)
+    assert "unknown column nope" in str(info.value)
+    with pytest.raises(QueryError, match=r"function twa\(\) is not supported yet; supported: .*avg"):
+        session.query("select twa(current) from d1001")
+    with pytest.raises(QueryError, match="_wstart needs a window clause"):
+        session.query("select _wstart, count(*) from d1001")
+    with pytest.raises(QueryError, match="query failed in Spark"):
+        session.query("select voltage, count(*) from d1001")

@@ -1,0 +1,237 @@
+"""Tables on Delta Lake through SQL: writes, TDengine update semantics, deletes, tags,
+precisions, rejected writes and the catalog. No Spark here: rows are read back with delta-rs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from dagster_tdstream import CatalogError, Session, TDStreamError, Warehouse, WriteRejectedError
+
+SCHEMA = (
+    "create database d; use d;"
+    "create stable st (ts timestamp, v int, f double, s varchar(8)) tags (g int, loc varchar(16));"
+    "create table c1 using st tags (1, 'north');"
+    "create table nt (ts timestamp, v bigint);"
+)
+
+
+def rows(warehouse: Warehouse, table: str, db: str = "d") -> list[dict[str, object]]:
+    data = warehouse.read_table(warehouse.table(db, table))
+    key = ["tbname", "ts"] if "tbname" in data.column_names else ["ts"]
+    return sorted(data.to_pylist(), key=lambda r: tuple(r[k] for k in key))
+
+
+def operations(warehouse: Warehouse, table: str, db: str = "d") -> list[str]:
+    history = DeltaTable(warehouse.delta.uri(db, table)).history()
+    return [entry["operation"] for entry in reversed(history)]
+
+
+def test_ordered_appends_do_not_merge_and_rewrites_replace_rows(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into c1 values (1000, 1, 1.5, 'a') (2000, 2, 2.5, 'b')")
+    sql_session.execute("insert into c1 values (3000, 3, 3.5, 'c')")
+    # a second child table writes older timestamps than c1: still an append, per child table
+    sql_session.execute("insert into c2 using st tags (2, 'south') values (500, 9, 0.5, 'z')")
+    assert operations(warehouse, "st") == ["CREATE TABLE", "WRITE", "WRITE", "WRITE"]
+
+    result = sql_session.execute("insert into c1 values (2000, 20, null, 'B') (4000, 4, 4.5, 'd')")[0]
+    assert result.affected == 2
+    assert operations(warehouse, "st")[-1] == "MERGE"
+    assert [(r["tbname"], r["ts"], r["v"], r["f"], r["s"], r["g"]) for r in rows(warehouse, "st")] == [
+        ("c1", 1000, 1, 1.5, "a", 1),
+        ("c1", 2000, 20, None, "B", 1),
+        ("c1", 3000, 3, 3.5, "c", 1),
+        ("c1", 4000, 4, 4.5, "d", 1),
+        ("c2", 500, 9, 0.5, "z", 2),
+    ]
+
+
+def test_same_timestamp_twice_in_one_statement_keeps_the_last(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into nt values (1, 1) (1, 2) (2, 3) nt values (1, 4)")
+    assert [(r["ts"], r["v"]) for r in rows(warehouse, "nt")] == [(1, 4), (2, 3)]
+
+
+def test_each_commit_is_a_wal_offset_with_a_change_feed(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into c1 values (1000, 1, 1.0, 'a')")
+    sql_session.execute("insert into c1 values (1000, 5, 1.0, 'a')")
+    sql_session.execute("delete from c1 where ts = 1000")
+    assert warehouse.delta.version("d", "st") == 3
+    feed = warehouse.delta.change_feed("d", "st", 1).to_pylist()
+    changes = sorted((r["_commit_version"], r["_change_type"], r["v"]) for r in feed)
+    assert changes == [
+        (1, "insert", 1),
+        (2, "update_postimage", 5),
+        (2, "update_preimage", 1),
+        (3, "delete", 5),
+    ]
+
+
+def test_watermarks_are_rebuilt_after_a_commit_the_catalog_did_not_see(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into nt values (1000, 1)")
+    # another writer (or a crash between commit and catalog record) adds a row at 5000
+    write_deltalake(warehouse.delta.uri("d", "nt"), pa.table({"ts": [5000], "v": [50]}), mode="append")
+    sql_session.execute("insert into nt values (5000, 55)")
+    assert operations(warehouse, "nt")[-1] == "MERGE"
+    assert [(r["ts"], r["v"]) for r in rows(warehouse, "nt")] == [(1000, 1), (5000, 55)]
+
+
+@pytest.mark.parametrize(
+    ("statement", "message"),
+    [
+        ("insert into c1 values (10, 1, 1.0, 'x') c1 values (11, 2)", "expected 4 value(s) for table c1, got 2"),
+        ("insert into c1 values ('2025-13-01 00:00:00', 1, 1.0, 'x')", "invalid timestamp"),
+        ("insert into c1 values (10, 'abc', 1.0, 'x')", "needs an integer"),
+        ("insert into c1 values (10, 3000000000, 1.0, 'x')", "out of range"),
+        ("insert into c1 values (10, 1, 1.0, 'much too long')", "longer than VARCHAR(8)"),
+        ("insert into c1 values (null, 1, 1.0, 'x')", "cannot be NULL"),
+        ("insert into c1 (v) values (1)", "must include the primary key"),
+        ("insert into nope values (10, 1)", "does not exist"),
+        ("insert into st values (10, 1, 1.0, 'x')", "is a super table"),
+        ("insert into c9 using st tags (1, 'x', 3) values (10, 1, 1.0, 'x')", "2 tag(s) named here but 3"),
+        ("insert into c9 using st tags (1, 'y') values (10, 1, 1.0, 'x') nt values (1)", "expected 2 value(s)"),
+    ],
+)
+def test_rejected_writes_change_nothing(
+    sql_session: Session, warehouse: Warehouse, statement: str, message: str
+) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into c1 values (1, 1, 1.0, 'a')")
+    before = {t: warehouse.delta.version("d", t) for t in ("st", "nt")}
+    tables_before = [t.name for t in warehouse.catalog.list_tables("d", ["child", "normal", "super"])]
+    with pytest.raises(TDStreamError) as info:
+        sql_session.execute(statement)
+    assert message in str(info.value)
+    assert str(info.value).startswith("error at line 1, column ")
+    assert {t: warehouse.delta.version("d", t) for t in ("st", "nt")} == before
+    assert [t.name for t in warehouse.catalog.list_tables("d", ["child", "normal", "super"])] == tables_before
+    assert [r["v"] for r in rows(warehouse, "st")] == [1]
+
+
+def test_insert_using_creates_the_child_table_with_tags(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into c7 using st (loc) tags ('east') values (1, 7, 7.0, 'x')")
+    child = warehouse.table("d", "c7")
+    assert (child.kind, child.stable, child.tag_values) == ("child", "st", {"g": None, "loc": "east"})
+    # an existing child table keeps its tags: USING only creates
+    sql_session.execute("insert into c7 using st tags (9, 'west') values (2, 8, 8.0, 'y')")
+    assert warehouse.table("d", "c7").tag_values == {"g": None, "loc": "east"}
+
+
+def test_deletes_touch_only_the_named_child_table(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute(
+        "insert into c1 values (1000, 1, 0, 'a') (2000, 2, 0, 'a') (3000, 3, 0, 'a')"
+        " c2 using st tags (2, 's') values (1000, 10, 0, 'a') (2000, 20, 0, 'a')"
+    )
+    result = sql_session.execute("delete from c1 where ts >= '1970-01-01 00:00:02' and v < 3")[0]
+    assert result.affected == 1
+    assert [(r["tbname"], r["ts"]) for r in rows(warehouse, "st")] == [
+        ("c1", 1000),
+        ("c1", 3000),
+        ("c2", 1000),
+        ("c2", 2000),
+    ]
+    sql_session.execute("delete from st where tbname = 'c2' and ts between 0 and 1500")
+    assert [(r["tbname"], r["ts"]) for r in rows(warehouse, "st")] == [("c1", 1000), ("c1", 3000), ("c2", 2000)]
+    with pytest.raises(WriteRejectedError, match="not the tag g"):
+        sql_session.execute("delete from st where g = 1")
+
+
+def test_tag_changes(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into c1 values (1, 1, 1.0, 'a'); alter table c1 set tag loc = 'west', g = 5")
+    assert {(r["g"], r["loc"]) for r in rows(warehouse, "st")} == {(5, "west")}
+    with pytest.raises(CatalogError, match="has no tag nope"):
+        sql_session.execute("alter table c1 set tag nope = 1")
+    with pytest.raises(CatalogError, match="not a child table"):
+        sql_session.execute("alter table nt set tag g = 1")
+
+
+@pytest.mark.parametrize(
+    ("precision", "literal", "expected"),
+    [
+        ("ms", "'2025-01-01 00:00:00.123'", 1735689600123),
+        ("us", "'2025-01-01 00:00:00.123456'", 1735689600123456),
+        ("ns", "'2025-01-01 00:00:00.123456789'", 1735689600123456789),
+        ("ns", "1735689600123456789", 1735689600123456789),
+    ],
+)
+def test_precisions_keep_every_digit(
+    sql_session: Session, warehouse: Warehouse, precision: str, literal: str, expected: int
+) -> None:
+    sql_session.execute(f"create database p precision '{precision}'; use p; create table t (ts timestamp, v int)")
+    sql_session.execute(f"insert into t values ({literal}, 1)")
+    assert rows(warehouse, "t", "p") == [{"ts": expected, "v": 1}]
+
+
+def test_now_arithmetic_uses_the_precision(warehouse: Warehouse) -> None:
+    now_ns = 1_735_689_600_000_000_000
+    session = Session(warehouse, timezone="UTC", clock=lambda: now_ns)
+    session.execute("create database p precision 'us'; use p; create table t (ts timestamp, v int)")
+    session.execute("insert into t values (now, 1) (now + 1s, 2) (now - 1a, 3)")
+    assert [r["ts"] for r in rows(warehouse, "t", "p")] == [
+        now_ns // 1000 - 1000,
+        now_ns // 1000,
+        now_ns // 1000 + 1_000_000,
+    ]
+
+
+def test_session_time_zone_reads_timestamp_strings(warehouse: Warehouse) -> None:
+    session = Session(warehouse, timezone="Asia/Shanghai")
+    session.execute("create database d; use d; create table t (ts timestamp, v int)")
+    session.execute("insert into t values ('2022-04-01 13:33:30', 1) ('2022-04-01 13:33:31+00:00', 2)")
+    assert [r["ts"] for r in rows(warehouse, "t")] == [1648791210000, 1648820011000]
+
+
+def test_show_describe_and_drop(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    assert [r[0] for r in sql_session.query("show databases").rows] == ["d"]
+    assert [(r[0], r[3], r[4]) for r in sql_session.query("show stables").rows] == [("st", 4, 2)]
+    assert [(r[0], r[4], r[6]) for r in sql_session.query("show d.tables").rows] == [
+        ("c1", "st", "CHILD_TABLE"),
+        ("nt", None, "NORMAL_TABLE"),
+    ]
+    assert sql_session.query("describe st").rows == [
+        ("ts", "TIMESTAMP", 8, ""),
+        ("v", "INT", 4, ""),
+        ("f", "DOUBLE", 8, ""),
+        ("s", "VARCHAR", 8, ""),
+        ("g", "INT", 4, "TAG"),
+        ("loc", "VARCHAR", 16, "TAG"),
+    ]
+    sql_session.execute("insert into c1 values (1, 1, 1.0, 'a'); drop table c1")
+    assert rows(warehouse, "st") == []
+    stable_path = Path(warehouse.delta.uri("d", "st"))
+    sql_session.execute("drop stable st")
+    assert not stable_path.exists()
+    assert warehouse.find_table("d", "c1") is None
+    with pytest.raises(CatalogError, match="use DROP STABLE"):
+        sql_session.execute("create stable s2 (ts timestamp, v int) tags (g int); drop table s2")
+    sql_session.execute("drop database d")
+    assert sql_session.database is None
+    assert not Path(warehouse.uri, "d").exists()
+    sql_session.execute("drop database if exists d")
+    with pytest.raises(CatalogError, match="does not exist"):
+        sql_session.execute("drop database d")
+
+
+def test_ddl_errors(sql_session: Session) -> None:
+    with pytest.raises(CatalogError, match="no database selected"):
+        sql_session.execute("create table t (ts timestamp, v int)")
+    sql_session.execute("create database d; use d")
+    with pytest.raises(CatalogError, match="must be a TIMESTAMP"):
+        sql_session.execute("create table t (v int, ts timestamp)")
+    with pytest.raises(CatalogError, match="duplicate or reserved column name v"):
+        sql_session.execute("create table t (ts timestamp, v int, v int)")
+    sql_session.execute("create table t (ts timestamp, v int); create table if not exists t (ts timestamp, v int)")
+    with pytest.raises(CatalogError, match="already exists"):
+        sql_session.execute("create table t (ts timestamp, v int)")
