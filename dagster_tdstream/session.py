@@ -23,7 +23,7 @@ from .sql.constants import ConstantContext, evaluate
 from .sql.parser import parse_statement_text
 from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
-from .sql.translate import SourceTable, TranslationContext, translate_select
+from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
 from .storage.catalog import TableInfo
 from .storage.streamcheck import check_stream_against_catalog
@@ -64,6 +64,12 @@ class Session:
         statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
         for stmt in statements:
             yield self.execute_statement(stmt)
+
+    def apply(self, sql: str) -> list[Result]:
+        """Run a setup script idempotently: every CREATE acts as CREATE … IF NOT EXISTS, so a
+        code location can apply its SQL files on each load."""
+        statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
+        return [self.execute_statement(_if_not_exists(stmt)) for stmt in statements]
 
     def query(self, sql: str) -> Result:
         """The result of the last statement of ``sql``."""
@@ -392,39 +398,17 @@ class Session:
     # ------------------------------------------------------------------ queries
 
     def _exec_query(self, stmt: ast.Query) -> Result:
+        from .storage.spark_read import SparkViews
+
         spark = self.spark.get()
-        registered: dict[str, SourceTable] = {}
-
-        def resolve(name: ast.QualifiedName) -> SourceTable:
-            info = self.table(name)
-            key = f"{info.db}.{info.name}"
-            if key not in registered:
-                self._view_counter += 1
-                view = f"__tds_{self._view_counter}"
-                from .storage.spark_read import table_frame
-
-                table_frame(spark, self.warehouse, info).createOrReplaceTempView(view)
-                precision = self.warehouse.database(info.db).precision
-                registered[key] = SourceTable(key, view, info.kind, info.columns, info.tags, precision)
-            return registered[key]
-
-        ctx = TranslationContext(resolve, self.timezone, self.clock())
-        translated = translate_select(stmt.select, ctx)
+        views = SparkViews(spark, self.warehouse, self.database)
         try:
-            frame = spark.sql(translated.sql)
-            arrow = frame.toArrow()
-        except Exception as exc:  # Spark's analysis errors carry a Java stack: keep the message
-            raise QueryError(f"query failed in Spark: {_first_line(exc)}") from None
+            ctx = TranslationContext(views.resolve, self.timezone, self.clock())
+            translated = translate_select(stmt.select, ctx)
+            arrow = run_spark_sql(spark, translated.sql)
         finally:
-            for source in registered.values():
-                spark.catalog.dropTempView(source.view)
-        columns = []
-        for i, col in enumerate(translated.columns):
-            array = arrow.column(i)
-            if col.is_timestamp:
-                array = array.cast(pa.int64()).cast(pa.timestamp(translated.precision, tz="UTC"))
-            columns.append(array)
-        table = pa.table(columns, names=[c.name for c in translated.columns]) if columns else pa.table({})
+            views.close()
+        table = to_result_table(arrow, translated.columns, translated.precision)
         return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
 
     # ------------------------------------------------------------------ streams
@@ -443,9 +427,20 @@ class Session:
             if stmt.if_not_exists:
                 return Result(message="OK (stream exists)")
             raise StreamValidationError(f"stream {db}.{name} already exists")
+        start_offset = self._stream_start_offset(stmt, db)
         with self.warehouse.catalog.transaction() as conn:
-            self.warehouse.catalog.add_stream(conn, db, name, stmt.text)
+            self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset)
         return Result(message="Create OK")
+
+    def _stream_start_offset(self, stmt: ast.CreateStream, db: str) -> int:
+        """Where in the trigger table's WAL the stream starts: at its beginning when the stream
+        fills history, otherwise at the next commit (data written before CREATE is history)."""
+        if stmt.trigger_table is None:
+            return 0
+        if stmt.option("FILL_HISTORY") or stmt.option("FILL_HISTORY_FIRST"):
+            return 0
+        table = self.table(ast.QualifiedName(stmt.trigger_table.name, stmt.trigger_table.db or db))
+        return self.warehouse.delta.version(table.db, table.storage_name) + 1
 
     def _stream(self, name: ast.QualifiedName, if_exists: bool) -> tuple[str, str] | None:
         db, stream = self.db_of(name), normalize(name.name)
@@ -498,9 +493,41 @@ class Session:
         )
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _if_not_exists(stmt: ast.Statement) -> ast.Statement:
+    import dataclasses
+
+    if isinstance(stmt, ast.CreateDatabase | ast.CreateTable | ast.CreateStream):
+        return _keep_source(dataclasses.replace(stmt, if_not_exists=True), stmt)
+    if isinstance(stmt, ast.CreateChildTables):
+        tables = tuple(dataclasses.replace(t, if_not_exists=True) for t in stmt.tables)
+        return _keep_source(dataclasses.replace(stmt, tables=tables), stmt)
+    return stmt
+
+
+def _keep_source(new: ast.Statement, old: ast.Statement) -> ast.Statement:
+    object.__setattr__(new, "pos", old.pos)
+    object.__setattr__(new, "text", old.text)
+    return new
+
+
+def run_spark_sql(spark: Any, sql: str) -> pa.Table:
+    """Run translated SQL; Spark's analysis errors carry a JVM stack: keep the first line."""
+    try:
+        return spark.sql(sql).toArrow()
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        raise QueryError(f"query failed in Spark: {lines[0] if lines else type(exc).__name__}") from None
+
+
+def to_result_table(arrow: pa.Table, columns: tuple[OutputColumn, ...], precision: str) -> pa.Table:
+    """Name the result columns as TDengine does and type timestamp columns in the precision."""
+    arrays = []
+    for i, col in enumerate(columns):
+        array = arrow.column(i)
+        if col.is_timestamp:
+            array = array.cast(pa.int64()).cast(pa.timestamp(precision, tz="UTC"))
+        arrays.append(array)
+    return pa.table(arrays, names=[c.name for c in columns]) if arrays else pa.table({})
 
 
 def _like(tables: list[TableInfo], pattern: str | None) -> list[TableInfo]:

@@ -8,6 +8,7 @@ Must not read or write tables: ``storage/spark_read.py`` registers them.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -44,6 +45,9 @@ def build_spark_session(
         builder = builder.master(master)
         for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
+    # pyspark logs every failed query's analysis error with the JVM stack at ERROR; the
+    # session turns those into one-line QueryErrors, so the log record is noise
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR") if not master.startswith("sc://") else None
     return session

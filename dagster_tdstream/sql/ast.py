@@ -26,7 +26,7 @@ NO_POS = Pos(0, 0)
 
 @dataclass(frozen=True)
 class Expr:
-    pos: Pos = field(default=NO_POS, compare=False, kw_only=True)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class Case(Expr):
 class QualifiedName:
     name: str
     db: str | None = None
-    pos: Pos = field(default=NO_POS, compare=False)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.db}.{self.name}" if self.db else self.name
@@ -246,8 +246,8 @@ class Select:
     slimit: int | None = None
     soffset: int | None = None
     distinct: bool = False
-    text: str = field(default="", compare=False)
-    pos: Pos = field(default=NO_POS, compare=False)
+    text: str = field(default="", compare=False, repr=False)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------- statements
@@ -255,8 +255,8 @@ class Select:
 
 @dataclass(frozen=True)
 class Statement:
-    pos: Pos = field(default=NO_POS, compare=False, kw_only=True)
-    text: str = field(default="", compare=False, kw_only=True)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False, kw_only=True)
+    text: str = field(default="", compare=False, repr=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ class ColumnDef:
     type: DataType
     primary_key: bool = False
     comment: str | None = None
-    pos: Pos = field(default=NO_POS, compare=False)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ class InsertTarget:
     using: ChildTableDef | None
     columns: tuple[str, ...] | None
     rows: tuple[tuple[Expr, ...], ...]
-    pos: Pos = field(default=NO_POS, compare=False)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -434,7 +434,7 @@ class StreamOption:
     start: Literal | None = None
     expr: Expr | None = None
     event_types: tuple[str, ...] = ()
-    pos: Pos = field(default=NO_POS, compare=False)
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     and_,
     create_engine,
     delete,
@@ -95,6 +96,38 @@ streams_table = Table(
     Column("sql", Text, nullable=False),
     Column("status", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    # the first WAL offset of the trigger table the stream reads (history starts at 0)
+    Column("start_offset", Integer, nullable=False, default=0),
+)
+
+checkpoints_table = Table(
+    "tds_checkpoints",
+    _meta,
+    # trigger state after processing the WAL up to ``offset``: a sensor tick that dies after
+    # writing it but before Dagster stores the cursor replays from the previous one
+    Column("stream", String(400), primary_key=True),
+    Column("offset", Integer, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+triggers_table = Table(
+    "tds_triggers",
+    _meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stream", String(400), nullable=False),
+    Column("trigger_id", String(200), nullable=False),  # stable: the window's open and close share it
+    Column("event", String(24), nullable=False),
+    Column("group_id", BigInteger, nullable=False),
+    Column("group_values", Text, nullable=False),  # JSON list, in PARTITION BY order
+    Column("wstart", BigInteger),
+    Column("wend", BigInteger),
+    Column("row_count", BigInteger),
+    Column("offset", Integer, nullable=False),  # the WAL offset whose rows fired it
+    Column("fired_at", BigInteger, nullable=False),  # processing time, ns (_tlocaltime)
+    Column("status", String(8), nullable=False),  # pending | done
+    Column("run_id", String(64)),
+    UniqueConstraint("stream", "trigger_id", "event", "offset", name="tds_triggers_once"),
 )
 
 
@@ -135,6 +168,15 @@ class StreamInfo:
     sql: str
     status: str
     created_at: int
+    start_offset: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.db}.{self.name}"
+
+
+def _stream_info(row: Any) -> StreamInfo:
+    return StreamInfo(row.db, row.name, row.sql, row.status, row.created_at, row.start_offset)
 
 
 def table_uid(db: str, name: str, created_at: int) -> int:
@@ -340,15 +382,19 @@ class Catalog:
 
     # ------------------------------------------------------------------ streams
 
-    def add_stream(self, conn: Connection, db: str, name: str, sql: str) -> None:
-        conn.execute(insert(streams_table).values(db=db, name=name, sql=sql, status="Running", created_at=_now_ms()))
+    def add_stream(self, conn: Connection, db: str, name: str, sql: str, start_offset: int) -> None:
+        conn.execute(
+            insert(streams_table).values(
+                db=db, name=name, sql=sql, status="Running", created_at=_now_ms(), start_offset=start_offset
+            )
+        )
 
     def get_stream(self, db: str, name: str) -> StreamInfo | None:
         with self._conn(None) as c:
             row = c.execute(
                 select(streams_table).where(and_(streams_table.c.db == db, streams_table.c.name == name))
             ).first()
-        return None if row is None else StreamInfo(row.db, row.name, row.sql, row.status, row.created_at)
+        return None if row is None else _stream_info(row)
 
     def list_streams(self, db: str | None = None) -> list[StreamInfo]:
         query = select(streams_table).order_by(streams_table.c.db, streams_table.c.name)
@@ -356,10 +402,112 @@ class Catalog:
             query = query.where(streams_table.c.db == db)
         with self._conn(None) as c:
             rows = c.execute(query).all()
-        return [StreamInfo(r.db, r.name, r.sql, r.status, r.created_at) for r in rows]
+        return [_stream_info(r) for r in rows]
 
     def drop_stream(self, conn: Connection, db: str, name: str) -> None:
         conn.execute(delete(streams_table).where(and_(streams_table.c.db == db, streams_table.c.name == name)))
+        key = f"{db}.{name}"
+        conn.execute(delete(checkpoints_table).where(checkpoints_table.c.stream == key))
+        conn.execute(delete(triggers_table).where(triggers_table.c.stream == key))
+
+    # ------------------------------------------------------------------ trigger state and queue
+
+    def save_checkpoint(self, stream: str, offset: int, state: dict[str, Any], keep: int = 3) -> None:
+        """Store the trigger state after ``offset``; older checkpoints beyond ``keep`` go."""
+        with self.transaction() as conn:
+            conn.execute(
+                delete(checkpoints_table).where(
+                    and_(checkpoints_table.c.stream == stream, checkpoints_table.c.offset == offset)
+                )
+            )
+            conn.execute(
+                insert(checkpoints_table).values(
+                    stream=stream, offset=offset, state=json.dumps(state), created_at=_now_ms()
+                )
+            )
+            offsets = [
+                r.offset
+                for r in conn.execute(
+                    select(checkpoints_table.c.offset)
+                    .where(checkpoints_table.c.stream == stream)
+                    .order_by(checkpoints_table.c.offset.desc())
+                ).all()
+            ]
+            if len(offsets) > keep:
+                conn.execute(
+                    delete(checkpoints_table).where(
+                        and_(checkpoints_table.c.stream == stream, checkpoints_table.c.offset < offsets[keep - 1])
+                    )
+                )
+
+    def load_checkpoint(self, stream: str, offset: int) -> dict[str, Any] | None:
+        with self._conn(None) as c:
+            row = c.execute(
+                select(checkpoints_table.c.state).where(
+                    and_(checkpoints_table.c.stream == stream, checkpoints_table.c.offset == offset)
+                )
+            ).first()
+        return None if row is None else json.loads(row.state)
+
+    def enqueue_triggers(self, stream: str, triggers: list[dict[str, Any]]) -> int:
+        """Add fired triggers; a trigger already queued by a replayed tick is not added again."""
+        if not triggers:
+            return 0
+        added = 0
+        with self.transaction() as conn:
+            existing = {
+                (r.trigger_id, r.event, r.offset)
+                for r in conn.execute(
+                    select(triggers_table.c.trigger_id, triggers_table.c.event, triggers_table.c.offset).where(
+                        and_(
+                            triggers_table.c.stream == stream,
+                            triggers_table.c.offset.in_({t["offset"] for t in triggers}),
+                        )
+                    )
+                ).all()
+            }
+            rows = []
+            for trigger in triggers:
+                key = (trigger["trigger_id"], trigger["event"], trigger["offset"])
+                if key in existing:
+                    continue
+                existing.add(key)
+                rows.append({**trigger, "stream": stream, "status": "pending"})
+            if rows:
+                conn.execute(insert(triggers_table), rows)
+                added = len(rows)
+        return added
+
+    def pending_triggers(self, stream: str, limit: int | None = None) -> list[dict[str, Any]]:
+        query = (
+            select(triggers_table)
+            .where(and_(triggers_table.c.stream == stream, triggers_table.c.status == "pending"))
+            .order_by(triggers_table.c.id)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        with self._conn(None) as c:
+            return [dict(r._mapping) for r in c.execute(query).all()]
+
+    def count_pending(self, stream: str) -> int:
+        from sqlalchemy import func
+
+        with self._conn(None) as c:
+            return int(
+                c.execute(
+                    select(func.count())
+                    .select_from(triggers_table)
+                    .where(and_(triggers_table.c.stream == stream, triggers_table.c.status == "pending"))
+                ).scalar_one()
+            )
+
+    def finish_triggers(self, ids: list[int], run_id: str | None) -> None:
+        if not ids:
+            return
+        with self.transaction() as conn:
+            conn.execute(
+                update(triggers_table).where(triggers_table.c.id.in_(ids)).values(status="done", run_id=run_id)
+            )
 
     def set_stream_status(self, db: str, name: str, status: str) -> None:
         with self.transaction() as conn:

@@ -58,16 +58,22 @@ class DeltaStore:
         write_deltalake(self.uri(db, table), rows, mode="append", storage_options=self.storage_options)
         return self.version(db, table)
 
-    def upsert(self, db: str, table: str, rows: pa.Table, keys: tuple[str, ...]) -> int:
-        """Insert rows; a row whose key exists replaces it (TDengine: the later write wins)."""
+    def upsert(
+        self, db: str, table: str, rows: pa.Table, keys: tuple[str, ...], delete_unmatched: str | None = None
+    ) -> int:
+        """Insert rows; a row whose key exists replaces it (TDengine: the later write wins).
+        ``delete_unmatched`` (a predicate on target ``t``) also removes, in the same commit,
+        target rows it matches that the new rows do not replace."""
         predicate = " AND ".join(f't."{k}" = s."{k}"' for k in keys)
         dt = self.open(db, table)
-        (
+        merger = (
             dt.merge(rows, predicate, source_alias="s", target_alias="t")
             .when_matched_update_all()
             .when_not_matched_insert_all()
-            .execute()
         )
+        if delete_unmatched is not None:
+            merger = merger.when_not_matched_by_source_delete(delete_unmatched)
+        merger.execute()
         return dt.version()
 
     def delete(self, db: str, table: str, predicate: str) -> tuple[int, int]:

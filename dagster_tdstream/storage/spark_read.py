@@ -8,10 +8,14 @@ Views are registered under names the query translator chose. Must not write anyt
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pyarrow as pa
 
+from ..errors import CatalogError
+from ..sql.ast import QualifiedName
+from ..sql.translate import SourceTable
 from .catalog import TableInfo
 from .types import arrow_schema, arrow_type
 from .warehouse import Warehouse
@@ -71,3 +75,46 @@ def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo) -> Any:
     tags = spark.createDataFrame(tag_rows, spark_schema(pa.schema(tag_fields)))
     # broadcast: the tag rows are one per child table, far smaller than the data
     return data.join(F.broadcast(tags), "tbname", "inner")
+
+
+class SparkViews:
+    """Temporary Spark views of warehouse tables for one query or one stream run: each table
+    is registered once, under a name unique to this object, and dropped by ``close``."""
+
+    _counter = itertools.count()
+
+    def __init__(self, spark: Any, warehouse: Warehouse, default_db: str | None) -> None:
+        self.spark = spark
+        self.warehouse = warehouse
+        self.default_db = default_db
+        self._views: dict[str, SourceTable] = {}
+
+    def resolve(self, name: QualifiedName) -> SourceTable:
+        db = (name.db or self.default_db or "").lower()
+        if not db:
+            raise CatalogError("no database selected: USE a database or qualify the name as db.table")
+        return self.table(self.warehouse.table(db, name.name.lower()))
+
+    def table(self, info: TableInfo) -> SourceTable:
+        key = f"{info.db}.{info.name}"
+        if key not in self._views:
+            view = f"__tds_{next(self._counter)}"
+            table_frame(self.spark, self.warehouse, info).createOrReplaceTempView(view)
+            precision = self.warehouse.database(info.db).precision
+            self._views[key] = SourceTable(key, view, info.kind, info.columns, info.tags, precision)
+        return self._views[key]
+
+    def register(self, frame: Any, prefix: str) -> str:
+        """Register any DataFrame (e.g. the triggers of a run) and return its view name."""
+        view = f"__{prefix}_{next(self._counter)}"
+        frame.createOrReplaceTempView(view)
+        self._views[view] = SourceTable(view, view, "view", (), (), "ms")
+        return view
+
+    def sources(self) -> list[SourceTable]:
+        return list(self._views.values())
+
+    def close(self) -> None:
+        for source in self._views.values():
+            self.spark.catalog.dropTempView(source.view)
+        self._views.clear()

@@ -64,6 +64,11 @@ class _Columns:
     label: str
 
 
+def columns_for_types(types: dict[str, ast.DataType]) -> _Columns:
+    """Column types of a query's source, for ``infer_result_type``."""
+    return _Columns(dict(types), frozenset(), None, "query source")
+
+
 def _columns_of(info: TableInfo) -> _Columns:
     types = {c.name: c.type for c in (*info.columns, *info.tags)}
     return _Columns(types, frozenset(t.name for t in info.tags), info.primary_key, f"{info.db}.{info.name}")
@@ -143,7 +148,7 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
         for node in walk(expr):
             if isinstance(node, ast.Column):
                 name = node.name.lower()
-                if name != "tbname" and name not in group_columns:
+                if name not in ("tbname", "_tgrpid") and name not in group_columns:
                     raise _fail(
                         f"{node.name} is not a PARTITION BY column; OUTPUT_SUBTABLE and TAGS use group columns", node
                     )
@@ -212,7 +217,7 @@ def _check_query(
                         node,
                     )
         if level == 0:
-            outputs = [_infer(item.expr, cols) for item in select.items]
+            outputs = [infer_result_type(item.expr, cols) for item in select.items]
     first = outputs[0] if outputs else None
     if first is not None and first.name != "TIMESTAMP":
         raise _fail(
@@ -239,7 +244,7 @@ def _source_columns(source: ast.FromSource | None, trigger_cols: _Columns | None
     return None  # subquery or no FROM: names are checked at their own level
 
 
-def _infer(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | None:
+def infer_result_type(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | None:
     """The TDengine type of a result column when it can be told from the statement."""
     if isinstance(expr, ast.Column):
         name = expr.name.lower()
@@ -262,7 +267,7 @@ def _infer(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | None:
             return BIGINT
         if name in ("avg", "spread", "stddev", "stddev_pop", "var_pop", "twa", "irate", "apercentile", "percentile"):
             return DOUBLE
-        arg = _infer(expr.args[0], cols) if expr.args and not isinstance(expr.args[0], ast.Star) else None
+        arg = infer_result_type(expr.args[0], cols) if expr.args and not isinstance(expr.args[0], ast.Star) else None
         if name == "sum" and arg is not None:
             if arg.name in ("FLOAT", "DOUBLE"):
                 return DOUBLE
@@ -271,7 +276,7 @@ def _infer(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | None:
             return arg
         return None
     if isinstance(expr, ast.Binary) and expr.op in ("+", "-"):
-        left, right = _infer(expr.left, cols), _infer(expr.right, cols)
+        left, right = infer_result_type(expr.left, cols), infer_result_type(expr.right, cols)
         if TIMESTAMP in (left, right) and not (left == right == TIMESTAMP):
             return TIMESTAMP
         return None

@@ -193,12 +193,26 @@ class Warehouse:
 
     # ------------------------------------------------------------------ writes
 
-    def write(self, batches: Sequence[WriteBatch], new_children: Sequence[TableInfo] = ()) -> WriteResult:
+    def write(
+        self,
+        batches: Sequence[WriteBatch],
+        new_children: Sequence[TableInfo] = (),
+        *,
+        replace_range: tuple[int, int] | None = None,
+        replace_table: TableInfo | None = None,
+    ) -> WriteResult:
         """Write validated rows: one Delta commit per physical table touched. Child tables
         created by this write (INSERT … USING) are registered first and removed again if
-        the data commit fails, so a failed write leaves the catalog as it was."""
+        the data commit fails, so a failed write leaves the catalog as it was.
+
+        With ``replace_range`` (start, end) the rows of ``replace_table`` whose key lies in
+        [start, end) are replaced by ``batches`` in the same commit: rows not written again are
+        removed (recalculation overwrites a range of a stream's output)."""
         created = self.create_child_tables(new_children)
         try:
+            if replace_range is not None:
+                assert replace_table is not None
+                return self._replace(replace_table, batches, replace_range)
             return self._write(batches)
         except BaseException:
             with self.catalog.transaction() as conn:
@@ -250,6 +264,30 @@ class Warehouse:
         new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
         self.catalog.record_writes(db, storage, new_marks, version)
         return table.num_rows, needs_merge, version
+
+    def _replace(self, table: TableInfo, batches: Sequence[WriteBatch], bounds: tuple[int, int]) -> WriteResult:
+        storage = table.storage_name
+        pk = table.primary_key
+        in_range = f't."{pk}" >= {bounds[0]} AND t."{pk}" < {bounds[1]}'
+        is_super = table.kind in ("super", "child")
+        rows = [(batch.table.name, row) for batch in batches for row in batch.rows]
+        latest = {(name, row[0]): row for name, row in rows}
+        arrays = {
+            col.name: pa.array([row[i] for row in latest.values()], type=arrow_type(col.type))
+            for i, col in enumerate(table.columns)
+        }
+        if is_super:
+            arrays = {"tbname": pa.array([name for name, _ in latest], pa.string()), **arrays}
+        data = pa.table(arrays, schema=arrow_schema(table.columns, with_tbname=is_super))
+        keys = ("tbname", pk) if is_super else (pk,)
+        version = self.delta.upsert(table.db, storage, data, keys, delete_unmatched=in_range)
+        marks: dict[str, int] = {}
+        for name, ts in latest:
+            marks[name] = max(ts, marks.get(name, ts))
+        current = self.catalog.write_state(table.db, storage, list(marks))
+        merged = {name: max(ts, current.get(name, (ts, 0))[0]) for name, ts in marks.items()}
+        self.catalog.record_writes(table.db, storage, merged, version)
+        return WriteResult(data.num_rows, True, {f"{table.db}.{storage}": version})
 
     def _watermarks(self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool) -> dict[str, int]:
         """tbname → newest timestamp stored. Trusted from the catalog when the catalog has

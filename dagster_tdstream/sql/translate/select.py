@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from ...errors import QueryError
+from ...triggers.windows import IntervalSpec
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
 
@@ -68,13 +69,29 @@ class TranslatedQuery:
     tables: tuple[SourceTable, ...]
 
 
+@dataclass(frozen=True)
+class StreamScope:
+    """What a stream's query sees of its triggers: a view with one row per trigger
+    (``__tid``, ``_twstart``, ``_twend``, ``_twduration``, ``_twrownum``, ``_tgrpid``,
+    ``_tlocaltime``, ``__tbname`` and the group values ``__g1`` … ``__gN``), the trigger table
+    behind ``%%trows``/``%%tbname``, and how a trigger-table row matches a group."""
+
+    triggers_view: str
+    trigger_table: SourceTable | None
+    group_columns: tuple[str, ...]  # PARTITION BY names (tbname or tags), lower case
+    window_label: Callable[[str], str] | None  # SQL labelling a row with its trigger window start
+    sliding_trigger: bool = False
+
+
 @dataclass
 class TranslationContext:
-    """``resolve`` turns a table name into a SourceTable (raising CatalogError when unknown)."""
+    """``resolve`` turns a table name into a SourceTable (raising CatalogError when unknown);
+    ``stream`` is set when translating a stream's query for a batch of triggers."""
 
     resolve: Callable[[ast.QualifiedName], SourceTable]
     timezone: ZoneInfo
     now_ns: int | None = None
+    stream: StreamScope | None = None
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
@@ -90,14 +107,19 @@ class _Typed:
 
 @dataclass
 class _Scope:
-    relation: str  # SQL of the FROM relation
-    columns: dict[str, tuple[str, str]]  # lower name → (spark expr, kind)
+    """The data side of a query: ``base`` is the FROM relation; its columns are referenced
+    through the derived table ``d`` built over it (``d.<name>``)."""
+
+    base: str | None
+    columns: dict[str, tuple[str, str]]  # lower name → (column of d, kind)
     star: list[str]  # names `*` expands to
-    pk: str | None
+    pk: str | None  # the primary timestamp, as a column of d
     precision: str
+    tables: tuple[SourceTable, ...] = ()
+    trigger_join: list[str] = field(default_factory=list)  # ON conditions tying d to __trig
+    trows_label: str | None = None  # SQL labelling base rows with their trigger window
     window: ast.IntervalWindow | None = None
     window_sql: dict[str, str] = field(default_factory=dict)
-    tables: tuple[SourceTable, ...] = ()
 
 
 def _kind_of(dtype: ast.DataType) -> str:
@@ -135,39 +157,38 @@ def translate_select(select: ast.Select, ctx: TranslationContext) -> TranslatedQ
     return TranslatedQuery(sql, tuple(columns), scope.precision, scope.tables)
 
 
+def _table_scope(table: SourceTable) -> _Scope:
+    columns: dict[str, tuple[str, str]] = {}
+    for col in (*table.columns, *table.tags):
+        columns[col.name.lower()] = ("d." + quote_ident(col.name), _kind_of(col.type))
+    columns["tbname"] = ("d.tbname", "string")
+    star = [c.name for c in table.columns]
+    if table.kind == "super":
+        star += [t.name for t in table.tags]
+    pk = "d." + quote_ident(table.columns[0].name)
+    return _Scope(quote_ident(table.view), columns, star, pk, table.precision, tables=(table,))
+
+
 def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
     source = select.source
+    stream = ctx.stream
     if source is None:
-        return _Scope("(SELECT 1)", {}, [], None, "ms")
+        return _Scope(None, {}, [], None, "ms")
     if isinstance(source, ast.TableSource):
-        table = ctx.resolve(source.table)
-        columns: dict[str, tuple[str, str]] = {}
-        for col in (*table.columns, *table.tags):
-            columns[col.name.lower()] = (quote_ident(col.name), _kind_of(col.type))
-        columns["tbname"] = ("tbname", "string")
-        star = [c.name for c in table.columns]
-        if table.kind == "super":
-            star += [t.name for t in table.tags]
-        return _Scope(
-            quote_ident(table.view),
-            columns,
-            star,
-            quote_ident(table.columns[0].name),
-            table.precision,
-            tables=(table,),
-        )
+        return _table_scope(ctx.resolve(source.table))
     if isinstance(source, ast.SubquerySource):
+        if stream is not None:
+            raise _error("subqueries in FROM are not supported in a stream's query yet", select)
         inner_sql, inner_cols, inner_scope = _translate(source.query, ctx)
-        alias = ctx.fresh("q")
         columns = {}
         pk = None
         for i, col in enumerate(inner_cols):
-            expr = f"{alias}.__c{i}"
+            expr = f"d.__c{i}"
             columns.setdefault(col.name.lower(), (expr, "ts" if col.is_timestamp else "other"))
             if pk is None and col.is_timestamp:
                 pk = expr
         return _Scope(
-            f"({inner_sql}) {alias}",
+            f"({inner_sql}) {ctx.fresh('q')}",
             columns,
             [c.name for c in inner_cols],
             pk,
@@ -175,39 +196,61 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
             tables=inner_scope.tables,
         )
     if isinstance(source, ast.PlaceholderSource):
-        raise _error(f"%%{source.placeholder.name} can only be used inside a stream's query", source.placeholder)
+        placeholder = source.placeholder
+        if stream is None or stream.trigger_table is None:
+            raise _error(f"%%{placeholder.name} can only be used inside a stream's query", placeholder)
+        scope = _table_scope(stream.trigger_table)
+        if placeholder.name == "tbname":
+            scope.trigger_join.append("d.tbname = __trig.__tbname")
+            return scope
+        # %%trows: the trigger table's rows of this trigger's group and window
+        for i, name in enumerate(stream.group_columns, start=1):
+            scope.trigger_join.append(f"{scope.columns[name][0]} <=> __trig.__g{i}")
+        if stream.window_label is not None:
+            assert scope.pk is not None
+            scope.trows_label = stream.window_label(scope.pk.removeprefix("d."))
+            scope.trigger_join.append("d.__tw = __trig._twstart")
+        return scope
     raise _error("joins are not supported yet in queries; query one table or a subquery", select)
+
+
+def _data_relation(scope: _Scope) -> str:
+    """``(SELECT *, 1 AS __m [, labels] FROM base) d``: one derived table whose
+    columns every expression references as ``d.<name>``; window labels that explode rows get a
+    layer each (Spark allows one generator per SELECT)."""
+    sql = f"SELECT *, 1 AS __m FROM {scope.base}"
+    for name, label in (("__tw", scope.trows_label), ("__qw", scope.window_sql.get("label"))):
+        if label is not None:
+            sql = f"SELECT *, {label} AS {name} FROM ({sql}) {name}_layer"
+    return f"({sql}) d"
 
 
 def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[OutputColumn], _Scope]:
     scope = _source_scope(select, ctx)
+    stream = ctx.stream
     if select.window is not None and not isinstance(select.window, ast.IntervalWindow):
         raise _error(f"{type(select.window).__name__} in queries is not supported yet; INTERVAL(...) is", select)
     if select.slimit is not None or select.soffset is not None:
         raise _error("SLIMIT/SOFFSET are not supported yet", select)
     render = _Renderer(scope, ctx)
-    where_sql = render.condition(select.where) if select.where is not None else None
-
     window = select.window
-    relation = scope.relation
-    group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
     if window is not None:
         if scope.pk is None:
             raise _error("INTERVAL needs a table with a timestamp primary key", select)
         if window.fill is not None and window.fill.mode != "NONE":
             raise _error(f"FILL({window.fill.mode}) is not supported yet; FILL(NONE) is", select)
-        wstart = _window_start_sql(window, scope, render, select)
-        inner_where = f" WHERE {where_sql}" if where_sql else ""
-        relation = f"(SELECT *, {wstart} AS __wstart FROM {scope.relation}{inner_where}) __w"
-        where_sql = None
         interval = render.duration(window.interval, select)
         scope.window = window
         scope.window_sql = {
-            "_wstart": "__wstart",
-            "_wend": f"(__wstart + {interval})",
+            "label": _window_start_sql(window, scope, select).replace("d.", ""),
+            "_wstart": "d.__qw",
+            "_wend": f"(d.__qw + {interval})",
             "_wduration": f"CAST({interval} AS BIGINT)",
         }
-        group_keys.append("__wstart")
+    where_sql = render.condition(select.where) if select.where is not None else None
+    group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
+    if window is not None:
+        group_keys.append("d.__qw")
 
     items: list[tuple[str, str, OutputColumn]] = []  # (sql, internal alias, output column)
     for item in select.items:
@@ -220,16 +263,49 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         name = item.alias or item.text
         items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts")))
 
-    is_aggregate = bool(group_keys) or render.saw_aggregate or window is not None
+    is_aggregate = bool(group_keys) or render.saw_aggregate
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
+    if stream is not None:
+        select_list += ", __trig.__tid AS __tid"
+        # the trigger's placeholders depend on __tid only; Spark still wants them grouped
+        group_keys[:0] = (
+            ["__trig.__tid", "__trig.__tbname"]
+            + [f"__trig.{column}" for column, _ in dict.fromkeys(_TRIGGER_NAMES.values())]
+            + [f"__trig.__g{i}" for i in range(1, len(stream.group_columns) + 1)]
+        )
+        triggers = f"{quote_ident(stream.triggers_view)} __trig"
+        if scope.base is None:
+            relation, filter_sql = triggers, where_sql
+        else:
+            # the WHERE joins data to triggers: a trigger whose window holds no rows still
+            # gets its row (count(*) = 0), as TDengine computes every fired trigger
+            on = " AND ".join([*scope.trigger_join, *([where_sql] if where_sql else [])]) or "TRUE"
+            relation, filter_sql = f"{triggers} LEFT JOIN {_data_relation(scope)} ON {on}", None
+    elif scope.base is None:
+        relation, filter_sql = "(SELECT 1)", where_sql
+    else:
+        relation, filter_sql = _data_relation(scope), where_sql
+
     parts = [f"SELECT {'DISTINCT ' if select.distinct else ''}{select_list} FROM {relation}"]
-    if where_sql:
-        parts.append(f"WHERE {where_sql}")
+    if filter_sql:
+        parts.append(f"WHERE {filter_sql}")
     if is_aggregate and group_keys:
         parts.append("GROUP BY " + ", ".join(group_keys))
     if select.having is not None:
         parts.append("HAVING " + render.condition(select.having))
-    order = _order_by(select, scope, render, items, group_keys, is_aggregate)
+    order = _order_by(select, scope, render, items, group_keys if is_aggregate else [], is_aggregate)
+    if stream is not None and (select.limit is not None or select.offset is not None):
+        # LIMIT/OFFSET apply per trigger: number the rows of each trigger and keep a slice
+        ranking = f"row_number() OVER (PARTITION BY __trig.__tid ORDER BY {', '.join(order) or '1'})"
+        first = (select.offset or 0) + 1
+        last = first + select.limit - 1 if select.limit is not None else None
+        parts[0] = parts[0].replace(" FROM ", f", {ranking} AS __rn FROM ", 1)
+        bound = f"__rn >= {first}" + (f" AND __rn <= {last}" if last is not None else "")
+        columns = ", ".join([alias for _, alias, _ in items] + ["__tid"])
+        sql = f"SELECT {columns} FROM ({' '.join(parts)}) __ranked WHERE {bound} ORDER BY __tid, __rn"
+        return sql, [col for _, _, col in items], scope
+    if stream is not None and "__trig.__tid" not in order:
+        order.insert(0, "__trig.__tid")
     if order:
         parts.append("ORDER BY " + ", ".join(order))
     if select.limit is not None:
@@ -239,21 +315,19 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     return " ".join(parts), [col for _, _, col in items], scope
 
 
-def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, render: _Renderer, select: ast.Select) -> str:
+def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, select: ast.Select) -> str:
     if window.interval.is_calendar or (window.sliding is not None and window.sliding.is_calendar):
         raise _error("calendar INTERVAL units (n, y) are not supported yet in queries", select)
-    pk = scope.pk
-    interval = render.duration(window.interval, select)
-    sliding = render.duration(window.sliding, select) if window.sliding else interval
-    offset = render.duration(window.offset, select) if window.offset else 0
-    if sliding > interval:
+    try:
+        spec = IntervalSpec.from_durations(
+            window.interval, window.sliding or window.interval, window.offset, scope.precision
+        )
+    except TimeValueError as exc:
+        raise _error(str(exc), select) from None
+    if spec.sliding > spec.interval:
         raise _error(f"SLIDING {window.sliding} must not be larger than INTERVAL {window.interval}", select)
-    if sliding == interval:
-        return f"({pk} - pmod({pk} - {offset}, {interval}))"
-    # every window [s, s + interval) with s = k*sliding + offset that contains the row
-    first = f"({pk} - {interval} - {offset} - pmod({pk} - {interval} - {offset}, {sliding}) + {sliding} + {offset})"
-    last = f"({pk} - pmod({pk} - {offset}, {sliding}))"
-    return f"explode(sequence({first}, {last}, CAST({sliding} AS BIGINT)))"
+    assert scope.pk is not None
+    return spec.label_sql(scope.pk)
 
 
 def _order_by(
@@ -291,7 +365,7 @@ def _order_by(
     if scope.pk is not None:
         keys.append(scope.pk)
         if any(t.kind == "super" for t in scope.tables):
-            keys.append("tbname")
+            keys.append("d.tbname")
     return keys
 
 
@@ -354,8 +428,11 @@ class _Renderer:
             return _Typed(self.scope.pk, "ts")
         if name in ("_qstart", "_qend", "_qduration"):
             raise _error(f"pseudo-column {expr.name} is not supported", expr)
-        if name.startswith("_t") and name in _TRIGGER_NAMES:
-            raise _error(f"placeholder {expr.name} can only be used inside a stream's query", expr)
+        if name in _TRIGGER_NAMES:
+            if self.ctx.stream is None:
+                raise _error(f"placeholder {expr.name} can only be used inside a stream's query", expr)
+            column, kind = _TRIGGER_NAMES[name]
+            return _Typed(f"__trig.{column}", kind)
         found = self.scope.columns.get(name)
         if found is None:
             known = ", ".join(sorted(self.scope.columns)) or "none"
@@ -366,7 +443,14 @@ class _Renderer:
         raise _error("* is only allowed as a select item or in count(*)", expr)
 
     def _placeholder(self, expr: ast.Placeholder) -> _Typed:
-        raise _error(f"%%{expr.name} can only be used inside a stream's query", expr)
+        stream = self.ctx.stream
+        if stream is None:
+            raise _error(f"%%{expr.name} can only be used inside a stream's query", expr)
+        if expr.name == "tbname":
+            return _Typed("__trig.__tbname", "string")
+        if expr.name.isdigit() and int(expr.name) <= len(stream.group_columns):
+            return _Typed(f"__trig.__g{expr.name}", "other")
+        return _Typed("NULL", "null")  # TDengine reads a %%n beyond the group columns as NULL
 
     def _unary(self, expr: ast.Unary) -> _Typed:
         inner = self.expr(expr.operand)
@@ -497,7 +581,8 @@ class _Renderer:
             if len(expr.args) != 1:
                 raise _error("count() takes one argument: count(*) or count(column)", expr)
             if isinstance(expr.args[0], ast.Star):
-                return _Typed("count(1)", "int", True)
+                # count the rows of the data side: an unmatched trigger (empty window) counts 0
+                return _Typed("count(d.__m)" if self.scope.base is not None else "count(1)", "int", True)
             arg = self._plain_arg(expr)
             return _Typed(f"count({'DISTINCT ' if expr.distinct else ''}{arg.sql})", "int", True)
         if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
@@ -556,18 +641,17 @@ _SPARK_CAST = {
     "DECIMAL": "DECIMAL",
 }
 
-_TRIGGER_NAMES = frozenset(
-    [
-        "_tprev_localtime",
-        "_tnext_localtime",
-        "_tlocaltime",
-        "_tprev_ts",
-        "_tcurrent_ts",
-        "_tnext_ts",
-        "_twstart",
-        "_twend",
-        "_twduration",
-        "_twrownum",
-        "_tgrpid",
-    ]
-)
+# trigger placeholders → (column of the triggers view, kind)
+_TRIGGER_NAMES: dict[str, tuple[str, str]] = {
+    "_twstart": ("_twstart", "ts"),
+    "_twend": ("_twend", "ts"),
+    "_twduration": ("_twduration", "int"),
+    "_twrownum": ("_twrownum", "int"),
+    "_tgrpid": ("_tgrpid", "int"),
+    "_tlocaltime": ("_tlocaltime", "int"),
+    "_tprev_localtime": ("_tprev_localtime", "int"),
+    "_tnext_localtime": ("_tnext_localtime", "int"),
+    "_tcurrent_ts": ("_tcurrent_ts", "ts"),
+    "_tprev_ts": ("_tprev_ts", "ts"),
+    "_tnext_ts": ("_tnext_ts", "ts"),
+}

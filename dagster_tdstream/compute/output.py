@@ -1,0 +1,251 @@
+"""The output table of a stream: its shape, its child tables, and writing results.
+
+Owns creating the output super (or normal) table on the first result — columns named by the
+column list or by the query (``avg(cint)``), tags from TAGS or from the group columns
+(``tag_tbname VARCHAR(270)`` for tbname, as TDengine does) — naming each group's child table
+(OUTPUT_SUBTABLE or a stable ``t_<md5>``), and writing a batch of results with upsert on the
+primary key in one Delta commit. A NULL primary key drops the row, as in TDengine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import QueryError
+from ..sql import ast
+from ..sql.translate import OutputColumn
+from ..storage.catalog import TableInfo
+from ..storage.registry import StreamDefinition
+from ..storage.streamcheck import infer_result_type
+from ..storage.types import coerce
+from ..storage.warehouse import Warehouse, WriteBatch
+
+TBNAME_TAG = ast.ColumnDef("tag_tbname", ast.DataType("VARCHAR", 270))
+
+
+@dataclass(frozen=True)
+class Group:
+    """A trigger group as the output sees it."""
+
+    values: tuple[Any, ...]
+    group_id: int
+
+
+def _arrow_type_name(arrow: pa.DataType, is_timestamp: bool) -> ast.DataType:
+    if is_timestamp:
+        return ast.DataType("TIMESTAMP")
+    for check, name in (
+        (pa.types.is_int64, "BIGINT"),
+        (pa.types.is_int32, "INT"),
+        (pa.types.is_int16, "SMALLINT"),
+        (pa.types.is_int8, "TINYINT"),
+        (pa.types.is_float64, "DOUBLE"),
+        (pa.types.is_float32, "FLOAT"),
+        (pa.types.is_boolean, "BOOL"),
+    ):
+        if check(arrow):
+            return ast.DataType(name)
+    if pa.types.is_decimal(arrow):
+        return ast.DataType("DECIMAL", arrow.precision, arrow.scale)
+    if pa.types.is_binary(arrow):
+        return ast.DataType("VARBINARY", 256)
+    return ast.DataType("VARCHAR", 256)
+
+
+def output_columns(
+    stream: StreamDefinition, columns: Sequence[OutputColumn], arrow: pa.Table, source_types: dict[str, ast.DataType]
+) -> tuple[ast.ColumnDef, ...]:
+    """Column definitions of a new output table: names from the column list or the query,
+    types as TDengine derives them where the statement tells, else from the computed data."""
+    assert stream.stmt.query is not None
+    names = list(stream.stmt.columns) or [c.name for c in columns]
+    from ..storage.streamcheck import columns_for_types
+
+    cols = columns_for_types(source_types)
+    defs = []
+    for i, (name, column) in enumerate(zip(names, columns, strict=True)):
+        inferred = (
+            infer_result_type(stream.stmt.query.items[i].expr, cols) if i < len(stream.stmt.query.items) else None
+        )
+        dtype = inferred or _arrow_type_name(arrow.schema.field(i).type, column.is_timestamp)
+        if i == 0 and dtype.name != "TIMESTAMP":
+            raise QueryError(f"the first result column {name} must be a timestamp, got {dtype}")
+        defs.append(ast.ColumnDef(name.lower(), dtype))
+    return tuple(defs)
+
+
+def output_tags(stream: StreamDefinition) -> tuple[ast.ColumnDef, ...]:
+    if stream.stmt.tags:
+        return tuple(ast.ColumnDef(t.name.lower(), t.type, comment=t.comment) for t in stream.stmt.tags)
+    table = stream.trigger_table
+    tags = []
+    for column in stream.group_columns:
+        if column == "tbname":
+            tags.append(TBNAME_TAG)
+        else:
+            assert table is not None
+            tags.append(next(t for t in table.tags if t.name == column))
+    return tuple(tags)
+
+
+def evaluate_group_expr(expr: ast.Expr, stream: StreamDefinition, group: Group) -> Any:
+    """OUTPUT_SUBTABLE and TAGS expressions: over the group columns, ``_tgrpid`` and constants."""
+    if isinstance(expr, ast.Literal):
+        return expr.value
+    if isinstance(expr, ast.Column):
+        name = expr.name.lower()
+        if name == "_tgrpid":
+            return group.group_id
+        if name in stream.group_columns:
+            return group.values[stream.group_columns.index(name)]
+        raise QueryError(f"{expr.name} is not a PARTITION BY column of stream {stream.key}")
+    if isinstance(expr, ast.Placeholder):
+        if expr.name == "tbname" and "tbname" in stream.group_columns:
+            return group.values[stream.group_columns.index("tbname")]
+        if expr.name.isdigit() and int(expr.name) <= len(group.values):
+            return group.values[int(expr.name) - 1]
+        return None
+    if isinstance(expr, ast.Cast):
+        value = evaluate_group_expr(expr.operand, stream, group)
+        return (
+            None if value is None else coerce(value if not isinstance(value, bool) else int(value), expr.type, "cast")
+        )
+    if isinstance(expr, ast.Func):
+        args = [evaluate_group_expr(a, stream, group) for a in expr.args]
+        text = ["" if a is None else str(a) for a in args]
+        if expr.name == "concat":
+            return None if any(a is None for a in args) else "".join(text)
+        if expr.name == "concat_ws":
+            return text[0].join(t for t, a in zip(text[1:], args[1:], strict=True) if a is not None)
+        simple = {"lower": str.lower, "upper": str.upper, "ltrim": str.lstrip, "rtrim": str.rstrip, "trim": str.strip}
+        if expr.name in simple and len(args) == 1:
+            return None if args[0] is None else simple[expr.name](text[0])
+        if expr.name == "substr" and len(args) in (2, 3):
+            start = int(args[1]) - 1
+            return text[0][start : start + int(args[2])] if len(args) == 3 else text[0][start:]
+        if expr.name == "replace" and len(args) == 3:
+            return text[0].replace(text[1], text[2])
+    if isinstance(expr, ast.Binary) and expr.op in ("+", "-", "*", "/"):
+        left, right = evaluate_group_expr(expr.left, stream, group), evaluate_group_expr(expr.right, stream, group)
+        if left is None or right is None:
+            return None
+        return {"+": left + right, "-": left - right, "*": left * right}.get(expr.op, left / right if right else None)
+    raise QueryError(f"unsupported expression in OUTPUT_SUBTABLE/TAGS of stream {stream.key}")
+
+
+def child_table_name(stream: StreamDefinition, group: Group) -> str:
+    if stream.stmt.output_subtable is not None:
+        name = evaluate_group_expr(stream.stmt.output_subtable, stream, group)
+        if name is None or str(name) == "":
+            raise QueryError(f"OUTPUT_SUBTABLE of stream {stream.key} gave an empty name for group {group.values}")
+        return str(name).lower()[:192]
+    digest = hashlib.md5(f"{stream.key}:{group.group_id}".encode()).hexdigest()
+    return f"t_{digest}"
+
+
+def tag_values(stream: StreamDefinition, group: Group, tags: tuple[ast.ColumnDef, ...]) -> dict[str, Any]:
+    if stream.stmt.tags:
+        return {
+            tag.name.lower(): coerce(evaluate_group_expr(tag.expr, stream, group), tag.type, tag.name)
+            for tag in stream.stmt.tags
+        }
+    return {tag.name: value for tag, value in zip(tags, group.values, strict=True)}
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    rows: int
+    version: int | None
+    tables: tuple[str, ...]
+
+
+def write_results(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    columns: Sequence[OutputColumn],
+    result: pa.Table,
+    groups: dict[int, Group],
+    source_types: dict[str, ast.DataType],
+    *,
+    replace_range: tuple[int, int] | None = None,
+) -> WriteOutcome:
+    """Write query results (one column per output column, then ``__tid``) to the output table.
+    ``groups`` maps each ``__tid`` to its group. With ``replace_range`` the output rows whose
+    key lies in [start, end) and that the results do not produce again are removed in the same
+    commit (recalculation overwrites a range)."""
+    target = stream.output
+    assert target is not None
+    db, name = target
+    tids = result.column("__tid").to_pylist()
+    data = result.drop_columns(["__tid"])
+    info = warehouse.find_table(db, name)
+    if info is None:
+        if data.num_rows == 0:
+            return WriteOutcome(0, None, ())  # the output table appears with its first result
+        info = _create_output(warehouse, stream, columns, data, source_types)
+    rows_by_child: dict[str, list[tuple[Any, ...]]] = {}
+    children: dict[str, TableInfo] = {}
+    new_children: list[TableInfo] = []
+    values = [col.to_pylist() for col in data.columns]
+    timestamps = [i for i, c in enumerate(columns) if c.is_timestamp]
+    for row_index, tid in enumerate(tids):
+        row = [col[row_index] for col in values]
+        if row[0] is None:
+            continue  # TDengine drops a result whose primary key is NULL
+        for i in timestamps:
+            if row[i] is not None and not isinstance(row[i], int):
+                row[i] = int(row[i])
+        row = [coerce(v, c.type, c.name) for v, c in zip(row, info.columns, strict=True)]
+        child = _child_for(warehouse, stream, info, groups[tid], children, new_children)
+        rows_by_child.setdefault(child.name, []).append(tuple(row))
+    batches = [WriteBatch(children.get(child) or info, rows) for child, rows in rows_by_child.items()]
+    if not batches and replace_range is None:
+        return WriteOutcome(0, None, ())
+    outcome = warehouse.write(batches, new_children, replace_range=replace_range, replace_table=info)
+    version = next(iter(outcome.versions.values()), None)
+    return WriteOutcome(outcome.rows, version, tuple(rows_by_child))
+
+
+def _create_output(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    columns: Sequence[OutputColumn],
+    data: pa.Table,
+    source_types: dict[str, ast.DataType],
+) -> TableInfo:
+    db, name = stream.output  # type: ignore[misc]
+    defs = output_columns(stream, columns, data, source_types)
+    tags = output_tags(stream) if stream.stmt.partition_by else ()
+    warehouse.create_table(db, name, defs, tags, is_super=bool(tags), if_not_exists=True)
+    return warehouse.table(db, name)
+
+
+def _child_for(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    output: TableInfo,
+    group: Group,
+    children: dict[str, TableInfo],
+    new_children: list[TableInfo],
+) -> TableInfo:
+    if output.kind == "normal":
+        children.setdefault(output.name, output)
+        return output
+    name = child_table_name(stream, group)
+    if name not in children:
+        existing = warehouse.find_table(output.db, name)
+        if existing is None:
+            existing = warehouse.new_child(output.db, name, output, tag_values(stream, group, output.tags))
+            new_children.append(existing)
+        children[name] = existing
+    return children[name]
+
+
+def group_of(trigger: dict[str, Any]) -> Group:
+    return Group(tuple(json.loads(trigger["group_values"])), int(trigger["group_id"]))

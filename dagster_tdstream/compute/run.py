@@ -1,0 +1,248 @@
+"""A stream run: compute a batch of triggers in one Spark job and write the output.
+
+Owns the triggers view (one row per trigger with its placeholders and group values), the
+translation of the stream's query against it (``sql/translate`` in stream mode: ``%%trows``
+by window labels, other tables by join conditions, ``%%tbname`` and ``%%n`` by the group),
+running it, and handing the rows to ``output.py``. Also the bulk side of recalculation:
+deriving every window of a time range from the table data with the same window spec the
+sensor uses. No Dagster here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+
+from ..errors import QueryError
+from ..sql import ast
+from ..sql.translate import StreamScope, TranslationContext, translate_select
+from ..sql.walk import all_expressions
+from ..storage.registry import StreamDefinition
+from ..storage.spark_read import SparkViews, spark_type
+from ..storage.types import arrow_type
+from ..storage.warehouse import Warehouse
+from ..triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_OPEN
+from ..triggers.plan import window_trigger_for
+from ..triggers.tick import group_identity
+from .output import Group, group_of, write_results
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    triggers: int
+    windows: int
+    rows_written: int
+    output_version: int | None
+    offsets: tuple[int, int] | None
+    tables: tuple[str, ...]
+
+
+def _source_types(views: SparkViews, stream: StreamDefinition) -> dict[str, ast.DataType]:
+    """Column types of the tables the query reads, for naming output column types."""
+    types: dict[str, ast.DataType] = {}
+    if stream.trigger_table is not None:
+        for col in (*stream.trigger_table.columns, *stream.trigger_table.tags):
+            types[col.name] = col.type
+    for source in views.sources():
+        for col in (*source.columns, *source.tags):
+            types.setdefault(col.name, col.type)
+    return types
+
+
+def compute_triggers(
+    spark: Any,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    triggers: Sequence[dict[str, Any]],
+    *,
+    timezone: ZoneInfo,
+    replace_range: tuple[int, int] | None = None,
+    clock: Callable[[], int] = time.time_ns,
+) -> RunOutcome:
+    """Evaluate ``triggers`` (queue rows) with the stream's query and write the results."""
+    query = stream.stmt.query
+    assert query is not None
+    computable = [t for t in triggers if t["event"] in (WINDOW_CLOSE, WINDOW_OPEN, RECALC)]
+    views = SparkViews(spark, warehouse, stream.db)
+    try:
+        triggers_view = views.register(_triggers_frame(spark, stream, computable, clock), "triggers")
+        trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
+        spec = window_trigger_for(stream.stmt, stream.precision).spec
+        scope = StreamScope(
+            triggers_view=triggers_view,
+            trigger_table=trigger_source,
+            group_columns=stream.group_columns,
+            window_label=spec.label_sql,
+        )
+        if _uses(query, "_twrownum") and trigger_source is not None:
+            triggers_view = views.register(
+                _with_row_counts(spark, triggers_view, trigger_source.view, stream, spec.label_sql), "triggers"
+            )
+            scope = StreamScope(triggers_view, trigger_source, stream.group_columns, spec.label_sql)
+        ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
+        translated = translate_select(query, ctx)
+        from ..session import run_spark_sql
+
+        result = run_spark_sql(spark, translated.sql) if computable else pa.table({})
+        source_types = _source_types(views, stream)
+    finally:
+        views.close()
+    groups = {int(t["id"]): group_of(t) for t in computable}
+    if stream.output is None:
+        raise QueryError(f"stream {stream.key} has no output table (notifications are not built yet)")
+    if not computable and replace_range is None:
+        return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
+    if not computable:
+        result = pa.table({**{f"__c{i}": pa.array([], pa.int64()) for i in range(len(translated.columns))},
+                           "__tid": pa.array([], pa.int64())})  # fmt: skip
+    outcome = write_results(
+        warehouse, stream, translated.columns, result, groups, source_types, replace_range=replace_range
+    )
+    return RunOutcome(len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables)
+
+
+def _offsets(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+    offsets = [int(t["offset"]) for t in triggers if t.get("offset") is not None and int(t["offset"]) >= 0]
+    return (min(offsets), max(offsets)) if offsets else None
+
+
+def _uses(query: ast.Select, name: str) -> bool:
+    return any(isinstance(node, ast.Column) and node.name.lower() == name for node in all_expressions(query))
+
+
+def _group_types(stream: StreamDefinition) -> list[tuple[str, pa.DataType]]:
+    table = stream.trigger_table
+    types = []
+    for i, column in enumerate(stream.group_columns, start=1):
+        if column == "tbname":
+            types.append((f"__g{i}", pa.string()))
+        else:
+            assert table is not None
+            tag = next(t for t in table.tags if t.name == column)
+            types.append((f"__g{i}", arrow_type(tag.type)))
+    return types
+
+
+def _triggers_frame(
+    spark: Any, stream: StreamDefinition, triggers: Sequence[dict[str, Any]], clock: Callable[[], int]
+) -> Any:
+    from pyspark.sql import types as T
+
+    group_types = _group_types(stream)
+    tbname_index = stream.group_columns.index("tbname") if "tbname" in stream.group_columns else None
+    now = clock()
+    fields = [
+        ("__tid", pa.int64()), ("_twstart", pa.int64()), ("_twend", pa.int64()), ("_twduration", pa.int64()),
+        ("_twrownum", pa.int64()), ("_tgrpid", pa.int64()), ("_tlocaltime", pa.int64()),
+        ("_tprev_localtime", pa.int64()), ("_tnext_localtime", pa.int64()), ("_tcurrent_ts", pa.int64()),
+        ("_tprev_ts", pa.int64()), ("_tnext_ts", pa.int64()), ("__tbname", pa.string()), *group_types,
+    ]  # fmt: skip
+    rows = []
+    for t in triggers:
+        group = group_of(t)
+        closing = t["event"] != WINDOW_OPEN
+        start, end = t["wstart"], t["wend"]
+        rows.append(
+            (
+                int(t["id"]), start, end if closing else None,
+                end - start if closing and end is not None else None,
+                t["row_count"] if closing and t["row_count"] is not None and t["row_count"] >= 0 else None,
+                group.group_id, int(t.get("fired_at") or now), None, None, None, None, None,
+                str(group.values[tbname_index]) if tbname_index is not None else None, *group.values,
+            )
+        )  # fmt: skip
+    schema = T.StructType([T.StructField(name, spark_type(dtype), True) for name, dtype in fields])
+    return spark.createDataFrame(rows, schema)
+
+
+def _with_row_counts(
+    spark: Any, triggers_view: str, trows_view: str, stream: StreamDefinition, label: Callable[[str], str]
+) -> Any:
+    """``_twrownum``: the trigger table's rows in each trigger's window and group, counted at
+    computation time (recalculated windows count again)."""
+    table = stream.trigger_table
+    assert table is not None
+    pk = f"`{table.primary_key}`"
+    keys = [("tbname" if c == "tbname" else f"`{c}`", f"__g{i}") for i, c in enumerate(stream.group_columns, start=1)]
+    select_keys = "".join(f"{k} AS {g}, " for k, g in keys)
+    group_by = "".join(f"{k}, " for k, _ in keys)
+    counts = (
+        f"SELECT {select_keys}__w, count(*) AS __n FROM (SELECT *, {label(pk)} AS __w FROM `{trows_view}`) "
+        f"GROUP BY {group_by}__w"
+    )
+    on = " AND ".join([f"t.{g} <=> c.{g}" for _, g in keys] + ["t._twstart = c.__w"])
+    return spark.sql(
+        f"SELECT t.* EXCEPT (_twrownum), CASE WHEN t._twend IS NULL THEN NULL ELSE coalesce(c.__n, 0) END "
+        f"AS _twrownum FROM `{triggers_view}` t LEFT JOIN ({counts}) c ON {on}"
+    )
+
+
+def triggers_for_range(
+    spark: Any, warehouse: Warehouse, stream: StreamDefinition, start: int, end: int
+) -> list[dict[str, Any]]:
+    """Every window of the stream whose start lies in [start, end), derived from the trigger
+    table's current data with the window spec the sensor uses: windows with rows, plus the
+    empty ones a group has passed unless IGNORE_NODATA_TRIGGER, closed ones only (end at or
+    before the group's newest row less the watermark)."""
+    trigger = window_trigger_for(stream.stmt, stream.precision)
+    spec = trigger.spec
+    table = stream.trigger_table
+    assert table is not None
+    views = SparkViews(spark, warehouse, stream.db)
+    try:
+        view = views.table(table).view
+        keys = ["tbname" if c == "tbname" else f"`{c}`" for c in stream.group_columns]
+        pk = f"`{table.primary_key}`"
+        key_list = "".join(f"{k}, " for k in keys)
+        group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
+        bounds = spark.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{group_by}")
+        low_ts, high_ts = start - spec.interval, end + spec.interval
+        windows = spark.sql(
+            f"SELECT {key_list}__w, count(*) AS n FROM (SELECT *, {spec.label_sql(pk)} AS __w FROM `{view}` "
+            f"WHERE {pk} >= {low_ts} AND {pk} < {high_ts}) WHERE __w >= {start} AND __w < {end} "
+            f"GROUP BY {key_list}__w"
+        )
+        bound_rows = bounds.toArrow().to_pylist()
+        counts = windows.toArrow().to_pylist()
+    finally:
+        views.close()
+    per_group: dict[str, dict[int, int]] = {}
+    for row in counts:
+        values = [row[c] for c in stream.group_columns]
+        per_group.setdefault(repr(values), {})[row["__w"]] = row["n"]
+    triggers = []
+    for row in bound_rows:
+        values = [row[c] for c in stream.group_columns]
+        group_counts = per_group.get(repr(values), {})
+        last = spec.floor(row["hi"] - trigger.watermark - spec.interval)
+        if trigger.ignore_nodata:
+            starts = sorted(s for s in group_counts if s <= last)
+        else:
+            first = max(spec.first_start(row["lo"]), spec.floor(start - 1) + spec.sliding)
+            starts = list(range(first, min(last, end - 1) + 1, spec.sliding))
+        group_id = group_identity(warehouse, stream, values)
+        for s in starts:
+            triggers.append(
+                {
+                    "id": len(triggers),
+                    "trigger_id": f"{group_id}:{s}",
+                    "event": WINDOW_CLOSE,
+                    "group_id": group_id,
+                    "group_values": json.dumps(values, default=str),
+                    "wstart": s,
+                    "wend": spec.end(s),
+                    "row_count": group_counts.get(s, 0),
+                    "offset": -1,
+                    "fired_at": time.time_ns(),
+                }
+            )
+    return triggers
+
+
+__all__ = ["Group", "RunOutcome", "compute_triggers", "triggers_for_range"]

@@ -1,0 +1,65 @@
+"""Event-time partitions of a stream's asset.
+
+A window belongs to the partition holding its start. Partitions are coarse (hourly for
+windows under an hour, daily otherwise) so many windows share one and the asset stays far
+below Dagster's partition limits; they start at the day of the trigger table's earliest row
+(or the stream's creation) and run one bucket past today.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from dagster import TimeWindowPartitionsDefinition
+
+from ..sql.timeunits import PRECISIONS
+from ..storage.registry import StreamDefinition
+from ..storage.warehouse import Warehouse
+from ..triggers.plan import not_built, window_trigger_for
+
+HOURLY, DAILY = "hourly", "daily"
+_FORMATS = {HOURLY: "%Y-%m-%d-%H:%M", DAILY: "%Y-%m-%d"}
+_CRONS = {HOURLY: "0 * * * *", DAILY: "0 0 * * *"}
+_HOUR_NANOS = 3600 * 10**9
+
+
+def partition_grain(stream: StreamDefinition) -> str:
+    if not_built(stream.stmt):
+        return DAILY
+    spec = window_trigger_for(stream.stmt, stream.precision).spec
+    return HOURLY if spec.interval * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
+
+
+def earliest_event_time(warehouse: Warehouse, stream: StreamDefinition) -> datetime:
+    """The trigger table's earliest timestamp from Delta file statistics (no data scan)."""
+    created = datetime.fromtimestamp(stream.info.created_at / 1000, UTC)
+    table = stream.trigger_table
+    if table is None:
+        return created
+    actions = warehouse.delta.open(table.db, table.storage_name).get_add_actions(flatten=True)
+    column = f"min.{table.primary_key}"
+    if actions.num_rows == 0 or column not in actions.schema.names:
+        return created
+    lows = [v for v in actions.column(column).to_pylist() if v is not None]
+    if not lows:
+        return created
+    earliest = datetime.fromtimestamp(min(lows) * PRECISIONS[stream.precision] / 1e9, UTC)
+    return min(earliest, created)
+
+
+def partitions_for(
+    warehouse: Warehouse, stream: StreamDefinition, grain: str | None = None
+) -> TimeWindowPartitionsDefinition:
+    grain = grain or partition_grain(stream)
+    start = earliest_event_time(warehouse, stream).replace(hour=0, minute=0, second=0, microsecond=0)
+    return TimeWindowPartitionsDefinition(
+        start=start, fmt=_FORMATS[grain], cron_schedule=_CRONS[grain], timezone="UTC", end_offset=1
+    )
+
+
+def to_event_time(value: datetime, precision: str) -> int:
+    return int(value.timestamp()) * 10**9 // PRECISIONS[precision]
+
+
+def to_datetime(value: int, precision: str) -> datetime:
+    return datetime.fromtimestamp(value * PRECISIONS[precision] // 10**9, UTC)

@@ -1,0 +1,139 @@
+"""A stream's trigger sensor: the trigger task of TDengine's engine as a Dagster sensor.
+
+Each tick reads the trigger table's WAL from the offset in its cursor, in bounded steps and
+within a time budget far inside Dagster's tick timeout, lets ``triggers/`` queue what fired,
+and requests one run of the stream's asset when triggers are pending and no run of the
+stream is queued or running (back-pressure: triggers that fire meanwhile wait and the next
+run takes them all). The cursor is a small JSON record: the last WAL offset processed, which
+is also the key of the checkpointed trigger state.
+"""
+
+import json
+import time
+from dataclasses import dataclass
+
+from dagster import (
+    AssetsDefinition,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    TimeWindowPartitionsDefinition,
+    sensor,
+)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from ..errors import TDStreamError
+from ..storage.registry import load_stream
+from ..triggers.engine import TriggerNotBuiltError
+from ..triggers.tick import advance_stream
+from .assets import MODE_TAG, STREAM_TAG, TRIGGERS_MODE
+from .partitions import to_datetime
+from .resources import TDStreamWarehouse
+
+ACTIVE_STATUSES = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
+
+
+@dataclass(frozen=True)
+class TriggerCursor:
+    offset: int | None  # last WAL offset processed; None before the first tick
+
+    def dump(self) -> str:
+        return json.dumps({"offset": self.offset})
+
+    @classmethod
+    def load(cls, text: str | None) -> "TriggerCursor":
+        if not text:
+            return cls(None)
+        return cls(json.loads(text).get("offset"))
+
+
+def build_trigger_sensor(
+    stream_key: str,
+    asset: AssetsDefinition,
+    partitions: TimeWindowPartitionsDefinition,
+    name: str,
+    *,
+    running: bool,
+    minimum_interval_seconds: int = 5,
+    time_budget_seconds: float = 20.0,
+    offsets_per_step: int = 50,
+) -> SensorDefinition:
+    @sensor(
+        name=name,
+        target=asset,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
+        description=f"Trigger task of TDengine stream {stream_key}: reads its trigger table's WAL and "
+        "requests a run when windows fire.",
+        tags={STREAM_TAG: stream_key.split(".", 1)[1]},
+    )
+    def trigger_sensor(
+        context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse
+    ) -> SensorResult | SkipReason:
+        warehouse = tdstream_warehouse.get()
+        try:
+            stream = load_stream(warehouse, stream_key)
+        except TDStreamError as exc:
+            return SkipReason(str(exc))
+        if stream.info.status == "Stopped":
+            return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
+        cursor = TriggerCursor.load(context.cursor)
+        deadline = time.monotonic() + time_budget_seconds
+        offset = cursor.offset
+        try:
+            while True:
+                tick = advance_stream(warehouse, stream, offset, max_offsets=offsets_per_step)
+                caught_up = tick.offset == offset
+                offset = tick.offset
+                if caught_up or time.monotonic() > deadline:
+                    break
+        except TriggerNotBuiltError as exc:
+            return SkipReason(f"stream {stream_key} cannot run: {exc}")
+        new_cursor = TriggerCursor(offset).dump()
+        pending = warehouse.catalog.pending_triggers(stream.key)
+        if not pending:
+            return SensorResult(skip_reason=SkipReason("no pending triggers"), cursor=new_cursor)
+        active = context.instance.get_runs(
+            filters=RunsFilter(tags={STREAM_TAG: stream_key}, statuses=ACTIVE_STATUSES), limit=1
+        )
+        if active:
+            return SensorResult(
+                skip_reason=SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}"),
+                cursor=new_cursor,
+            )
+        starts = [int(t["wstart"]) for t in pending if t["wstart"] is not None]
+        tags = {STREAM_TAG: stream_key, MODE_TAG: TRIGGERS_MODE}
+        tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
+        run = RunRequest(run_key=f"{stream_key}:{pending[0]['id']}-{pending[-1]['id']}", tags=tags)
+        return SensorResult(run_requests=[run], cursor=new_cursor)
+
+    return trigger_sensor
+
+
+def _partition_range(
+    partitions: TimeWindowPartitionsDefinition, precision: str, first: int, last: int
+) -> dict[str, str]:
+    """The partitions holding the pending windows' starts, clamped to the defined ones."""
+    keys = partitions.get_partition_keys()
+    low = partitions.get_partition_key_for_timestamp(
+        max(to_datetime(first, precision).timestamp(), partitions.start.timestamp())
+    )
+    try:
+        high = partitions.get_partition_key_for_timestamp(to_datetime(last, precision).timestamp())
+    except Exception:  # a window beyond the last defined partition
+        high = keys[-1]
+    if high not in keys:
+        high = keys[-1]
+    if low not in keys:
+        low = keys[0]
+    return {ASSET_PARTITION_RANGE_START_TAG: low, ASSET_PARTITION_RANGE_END_TAG: high}

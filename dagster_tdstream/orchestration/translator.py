@@ -1,0 +1,48 @@
+"""How a stream looks in Dagster: subclass ``DagsterTDStreamTranslator`` and override
+``get_asset_spec`` to change asset keys, groups, owners, tags or metadata."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from dagster import AssetKey, AssetSpec, MetadataValue
+
+from ..storage.registry import StreamDefinition
+from ..triggers.plan import not_built
+
+
+def code_version(stream: StreamDefinition) -> str:
+    """A hash of the normalised statement: Dagster shows the stream as changed exactly when
+    its SQL changed (white space and keyword case do not count)."""
+    normalised = json.dumps(repr(stream.stmt), sort_keys=True)
+    return hashlib.sha256(normalised.encode()).hexdigest()[:16]
+
+
+class DagsterTDStreamTranslator:
+    def get_asset_key(self, stream: StreamDefinition) -> AssetKey:
+        db, table = stream.output or (stream.db, stream.name)
+        return AssetKey(["tdstream", db, table])
+
+    def get_asset_spec(self, stream: StreamDefinition) -> AssetSpec:
+        missing = not_built(stream.stmt)
+        trigger_table = stream.trigger_table
+        metadata = {
+            "tdstream/stream": stream.key,
+            "tdstream/sql": MetadataValue.md(f"```sql\n{stream.info.sql}\n```"),
+            "tdstream/trigger_type": stream.stmt.trigger.kind,
+            "tdstream/trigger_table": f"{trigger_table.db}.{trigger_table.name}" if trigger_table else "",
+            "tdstream/output_table": ".".join(stream.output) if stream.output else "",
+            "tdstream/partition_by": ", ".join(stream.group_columns),
+        }
+        if missing:
+            metadata["tdstream/not_built"] = ", ".join(missing)
+        return AssetSpec(
+            key=self.get_asset_key(stream),
+            description=f"Output of TDengine stream {stream.key} ({stream.stmt.trigger.kind} trigger).",
+            group_name=stream.db,
+            metadata=metadata,
+            tags={"tdstream/stream": stream.name},
+            kinds={"spark", "delta"},
+            code_version=code_version(stream),
+        )

@@ -1,0 +1,74 @@
+"""The stream registry as the runtime sees it: a registered stream resolved against the catalog.
+
+Owns turning a registry row (the CREATE STREAM text) into a ``StreamDefinition``: the parsed
+statement, the trigger table, the precision that timestamps use, the group columns and the
+output table's name. Reads only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import CatalogError
+from ..sql import ast
+from ..sql.parser import parse_statement
+from .catalog import StreamInfo, TableInfo
+from .warehouse import Warehouse
+
+
+@dataclass(frozen=True)
+class StreamDefinition:
+    info: StreamInfo
+    stmt: ast.CreateStream
+    trigger_table: TableInfo | None
+    precision: str
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    @property
+    def db(self) -> str:
+        return self.info.db
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @cached_property
+    def group_columns(self) -> tuple[str, ...]:
+        return tuple(e.name.lower() for e in self.stmt.partition_by if isinstance(e, ast.Column))
+
+    @property
+    def output(self) -> tuple[str, str] | None:
+        """(db, table) of the output table, None for notify-only streams."""
+        into = self.stmt.into
+        if into is None or self.stmt.option("CALC_NOTIFY_ONLY") is not None:
+            return None
+        return ((into.db or self.db).lower(), into.name.lower())
+
+
+def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
+    stmt = parse_statement(info.sql)
+    if not isinstance(stmt, ast.CreateStream):  # pragma: no cover - the registry stores CREATE STREAM only
+        raise CatalogError(f"registry entry {info.key} is not a CREATE STREAM statement")
+    trigger_table = None
+    precision = warehouse.database(info.db).precision
+    if stmt.trigger_table is not None:
+        db = (stmt.trigger_table.db or info.db).lower()
+        trigger_table = warehouse.table(db, stmt.trigger_table.name.lower())
+        precision = warehouse.database(db).precision
+    return StreamDefinition(info, stmt, trigger_table, precision)
+
+
+def load_streams(warehouse: Warehouse) -> list[StreamDefinition]:
+    return [resolve_stream(warehouse, info) for info in warehouse.catalog.list_streams()]
+
+
+def load_stream(warehouse: Warehouse, key: str) -> StreamDefinition:
+    db, _, name = key.partition(".")
+    info = warehouse.catalog.get_stream(db, name)
+    if info is None:
+        raise CatalogError(f"stream {key} does not exist")
+    return resolve_stream(warehouse, info)

@@ -1,0 +1,55 @@
+"""INTERVAL/SLIDING window arithmetic (see the package docstring).
+
+A window is ``[start, start + interval)`` with ``start = k * sliding + offset``; a row at
+``ts`` belongs to every window whose range contains it (several when SLIDING < INTERVAL).
+``label_sql`` renders the same arithmetic for Spark, so bulk and incremental labelling
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..sql.timeunits import Duration
+
+
+@dataclass(frozen=True)
+class IntervalSpec:
+    """Window geometry in integer units of the table's precision."""
+
+    interval: int
+    sliding: int
+    offset: int = 0
+
+    @classmethod
+    def from_durations(
+        cls, interval: Duration | None, sliding: Duration, offset: Duration | None, precision: str
+    ) -> IntervalSpec:
+        size = (interval or sliding).in_precision(precision)
+        step = sliding.in_precision(precision)
+        return cls(size, step, offset.in_precision(precision) if offset else 0)
+
+    def floor(self, ts: int) -> int:
+        """The start of the last window that starts at or before ``ts``."""
+        return ts - (ts - self.offset) % self.sliding
+
+    def first_start(self, ts: int) -> int:
+        """The earliest window start whose window contains ``ts``."""
+        return self.floor(ts - self.interval) + self.sliding
+
+    def starts(self, ts: int) -> range:
+        """Every window start whose window contains ``ts``, ascending."""
+        return range(self.first_start(ts), self.floor(ts) + 1, self.sliding)
+
+    def end(self, start: int) -> int:
+        return start + self.interval
+
+    def label_sql(self, ts_sql: str) -> str:
+        """Spark SQL giving, for a row at ``ts_sql``, its window start(s); an ``explode`` when
+        windows overlap, so the caller gets one row per (row, window)."""
+        floor = f"({ts_sql} - pmod({ts_sql} - {self.offset}, {self.sliding}))"
+        if self.sliding == self.interval:
+            return floor
+        shifted = f"({ts_sql} - {self.interval})"
+        first = f"({shifted} - pmod({shifted} - {self.offset}, {self.sliding}) + {self.sliding})"
+        return f"explode(sequence({first}, {floor}, CAST({self.sliding} AS BIGINT)))"
