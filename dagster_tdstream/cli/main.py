@@ -143,6 +143,68 @@ def parse(file: str, expect_invalid: bool, setup: str | None, timezone: str | No
     sys.exit(0 if failed == 0 else 1)
 
 
+@main.command("run")
+@click.option("--until-idle", is_flag=True, required=True, help="Tick sensors and run until nothing is pending.")
+@click.option("--max-rounds", default=50, show_default=True, help="Upper bound on sensor rounds.")
+@_warehouse
+@_metadata
+@_timezone
+@_debug
+def run_streams(
+    until_idle: bool,
+    max_rounds: int,
+    warehouse: str | None,
+    metadata_url: str | None,
+    timezone: str | None,
+    debug: bool,
+) -> None:
+    """Headless mode: drive every stream's sensor and runs in-process (no daemon needed)."""
+    del until_idle  # the only mode; the flag keeps the command's intent explicit
+
+    def run() -> None:
+        from ..storage.warehouse import Warehouse
+        from ..testing.harness import StreamHarness
+
+        report = StreamHarness(Warehouse(warehouse, metadata_url=metadata_url), timezone=timezone).run_until_idle(
+            max_rounds
+        )
+        click.echo(f"{report.ticks} sensor tick(s), {report.runs} run(s)")
+        for sensor_name, reason in sorted(report.skipped.items()):
+            click.echo(f"{sensor_name}: {reason}")
+        for failure in report.failures:
+            click.echo(f"failed: {failure}", err=True)
+        if report.failures:
+            sys.exit(1)
+
+    _guarded(debug, run)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--only", default=None, help="Run one case by id.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write results as JSON.")
+@_debug
+def conformance(directory: str, only: str | None, json_path: str | None, debug: bool) -> None:
+    """Run TDengine stream scenarios (cases/*.json) and statement files; ends with 'N passed, M failed'."""
+    import json
+
+    def run() -> None:
+        from ..testing.conformance import run_directory, summary
+
+        results = run_directory(Path(directory), only=only)
+        for result in results:
+            status = "PASS" if result.passed else "FAIL"
+            detail = f" — {result.reason}" if result.reason else ""
+            click.echo(f"{status} {result.id} ({result.seconds:.1f}s){detail}")
+        totals = summary(results)
+        if json_path:
+            Path(json_path).write_text(json.dumps(totals, indent=2))
+        click.echo(f"{totals['passed']} passed, {totals['failed']} failed")
+        sys.exit(0 if totals["failed"] == 0 else 1)
+
+    _guarded(debug, run)
+
+
 def _checker(setup: str | None, timezone: str | None) -> Callable[[str], None]:
     resolve_timezone(timezone)
     if setup is None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from ..compute.spark import build_spark_session
 from ..sql.timeunits import resolve_timezone
@@ -37,7 +37,7 @@ class TDStreamSpark(PySparkResource):
     ``local[2]`` by default, a cluster URL, or a Spark Connect ``sc://host:port`` URL."""
 
     master: str = "local[2]"
-    spark_config: dict[str, Any] = {}
+    spark_config: dict[str, Any] = Field(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._spark_session = build_spark_session(self.master, conf={k: str(v) for k, v in self.spark_config.items()})

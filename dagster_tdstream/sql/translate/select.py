@@ -428,7 +428,9 @@ class _Renderer:
             return _Typed(self.scope.pk, "ts")
         if name in ("_qstart", "_qend", "_qduration"):
             raise _error(f"pseudo-column {expr.name} is not supported", expr)
-        if name in _TRIGGER_NAMES:
+        if name in _TRIGGER_NAMES and (self.ctx.stream is not None or name not in self.scope.columns):
+            # a stream's output keeps unaliased placeholders as column names (``_twstart``):
+            # outside a stream's query such a name is that column
             if self.ctx.stream is None:
                 raise _error(f"placeholder {expr.name} can only be used inside a stream's query", expr)
             column, kind = _TRIGGER_NAMES[name]

@@ -1,0 +1,1 @@
+"""The code location's assets: stream SQL files live in ``assets/streams/``."""

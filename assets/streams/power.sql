@@ -1,0 +1,16 @@
+-- The demo code location's schema and stream, applied on every load (CREATE acts as IF NOT EXISTS).
+-- TDengine's smart-meter example: one child table per device under the super table meters.
+create database if not exists power precision 'ms';
+use power;
+create stable if not exists meters (ts timestamp, current float, voltage int, phase float)
+    tags (groupid int, location varchar(24));
+create table if not exists d1001 using meters tags (2, 'California.SanFrancisco');
+create table if not exists d1002 using meters tags (3, 'California.SanFrancisco');
+create table if not exists d1003 using meters tags (2, 'California.LosAngeles');
+create table if not exists d1004 using meters tags (3, 'California.LosAngeles');
+
+-- per device, every minute: average current, peak voltage and the number of readings
+create stream if not exists power.device_current_1m interval(1m) sliding(1m) from power.meters
+    partition by tbname
+    into power.device_current_1m
+    as select _twstart ts, avg(current) avg_current, max(voltage) max_voltage, count(*) readings from %%trows;

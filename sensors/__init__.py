@@ -1,0 +1,1 @@
+"""The code location's extra sensors (the demo feeder)."""

@@ -1,0 +1,208 @@
+"""A stream end to end: rows written, the trigger sensor ticked, the asset run through
+Dagster, exact output values worked out by hand; recalculation as partition runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, materialize
+from dagster._core.test_utils import create_run_for_test
+
+from dagster_tdstream import Session, StreamHarness, Warehouse
+from dagster_tdstream.orchestration.assets import STREAM_TAG
+from dagster_tdstream.storage.registry import load_stream
+from dagster_tdstream.triggers.tick import advance_stream
+
+T = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, a multiple of 5 s
+
+SCHEMA = "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+
+
+def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
+    table = session.query(sql).to_arrow()
+    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
+    return list(zip(*(c.to_pylist() for c in columns), strict=True))
+
+
+@pytest.fixture
+def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
+    return StreamHarness(warehouse, timezone="UTC")
+
+
+def test_interval_with_offset_overlapping_windows_groups_disorder_and_updates(
+    session: Session, harness: StreamHarness
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (2);"
+        "create stream s1 interval(10s, 2s) sliding(5s) from st partition by tbname into out1 "
+        "as select _twstart ws, _twend we, count(*) n, sum(v) total from %%trows"
+    )
+    # windows start at T + 2s + k*5s and last 10s; rows arrive out of order inside one tick
+    session.execute(f"insert into a values ({T + 3000}, 1) ({T + 8000}, 2) ({T + 5000}, 3) b values ({T + 4000}, 10)")
+    report = harness.run_until_idle()
+    assert report.failures == [] and report.runs == 1
+    # a's progress (T+8s) closed only [T-3s, T+7s); b's (T+4s) closed nothing
+    assert output(session, "select tag_tbname, ws, we, n, total from out1") == [("a", T - 3000, T + 7000, 2, 4)]
+
+    # the row at T+8s is rewritten while its windows are still open, then progress closes them
+    session.execute(f"insert into a values ({T + 8000}, 20) ({T + 14000}, 4) b values ({T + 30000}, 30)")
+    report = harness.run_until_idle()
+    assert report.failures == [] and report.runs == 1
+    assert output(session, "select tag_tbname, ws, we, n, total from out1 order by tag_tbname, ws") == [
+        ("a", T - 3000, T + 7000, 2, 4),
+        ("a", T + 2000, T + 12000, 3, 24),
+        ("b", T - 3000, T + 7000, 1, 10),
+        ("b", T + 2000, T + 12000, 1, 10),
+        # windows the group's progress passed without rows still fire: count 0, sum NULL
+        ("b", T + 7000, T + 17000, 0, None),
+        ("b", T + 12000, T + 22000, 0, None),
+        ("b", T + 17000, T + 27000, 0, None),
+    ]
+    assert session.query("describe out1").rows == [
+        ("ws", "TIMESTAMP", 8, ""),
+        ("we", "TIMESTAMP", 8, ""),
+        ("n", "BIGINT", 8, ""),
+        ("total", "BIGINT", 8, ""),
+        ("tag_tbname", "VARCHAR", 270, "TAG"),
+    ]
+
+
+def test_query_on_another_table_grouped_by_tag_with_placeholders(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (1); create table c using st tags (2);"
+        "create table q (ts timestamp, x double);"
+        f"insert into q values ({T}, 1.5) ({T + 9999}, 2.5) ({T + 10000}, 100);"
+        "create stream s2 interval(10s) sliding(10s) from st partition by g into out2 "
+        "output_subtable(concat('grp_', cast(g as varchar(4)))) tags (grp int as g, gid bigint as _tgrpid) "
+        "as select _twstart, %%1 g, count(*) n, avg(x) ax, _twrownum rn from q where ts >= _twstart and ts < _twend"
+    )
+    session.execute(
+        f"insert into a values ({T + 1000}, 1) ({T + 11000}, 1) b values ({T + 2000}, 1) c values ({T + 12000}, 1)"
+    )
+    assert harness.run_until_idle().failures == []
+    # group g=1 (a and b) closed [T, T+10s); g=2 has nothing closed yet
+    rows = output(session, "select tbname, _twstart, g, n, ax, rn, grp from out2")
+    assert rows == [("grp_1", T, 1, 2, 2.0, 2, 1)]
+    gid = session.query("select gid from out2").rows[0][0]
+    assert isinstance(gid, int) and gid > 0
+
+
+def test_automatic_recalculation_of_a_closed_window(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s3 interval(10s) sliding(10s) from a into out3 as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2)")
+    harness.run_until_idle()
+    assert output(session, "select * from out3") == [(T, 1, 1)]
+    # a late row for the closed window [T, T+10s) recomputes it (no IGNORE_DISORDER)
+    session.execute(f"insert into a values ({T + 5000}, 7)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out3") == [(T, 2, 8)]
+
+
+def test_ignore_disorder_and_backfill_recalculates_a_partition(
+    session: Session, harness: StreamHarness, warehouse: Warehouse
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s4 interval(10s) sliding(10s) from a stream_options(ignore_disorder) into out4 "
+        "as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2) ({T + 20000}, 3)")
+    harness.run_until_idle()
+    assert output(session, "select * from out4") == [(T, 1, 1), (T + 10000, 1, 2)]
+    # a correction of the source: the stream ignores it …
+    session.execute(f"insert into a values ({T + 1000}, 40)")
+    harness.run_until_idle()
+    assert output(session, "select * from out4") == [(T, 1, 1), (T + 10000, 1, 2)]
+    # … and materialising the partition holding those windows recomputes them from the data
+    asset = next(a for a, _ in harness._definitions())
+    result = materialize(
+        [asset], instance=harness.instance, resources=harness.resources, partition_key="2023-11-14-22:00"
+    )
+    assert result.success
+    assert output(session, "select * from out4") == [(T, 2, 41), (T + 10000, 1, 2)]
+    materialization = result.asset_materializations_for_node(asset.node_def.name)[0]
+    assert materialization.metadata["tdstream/windows_computed"].value == 2
+    assert materialization.partition == "2023-11-14-22:00"
+
+
+def test_replayed_ticks_queue_nothing_twice_and_reruns_give_the_same_table(
+    session: Session, harness: StreamHarness, warehouse: Warehouse
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s5 interval(10s) sliding(10s) from a into out5 as select _twstart, count(*) n from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2) ({T + 25000}, 3)")
+    stream = load_stream(warehouse, "d.s5")
+    first = advance_stream(warehouse, stream, None)
+    assert (first.queued, first.pending) == (2, 2)
+    # the tick dies before Dagster stores its cursor: the next tick starts from the old one
+    again = advance_stream(warehouse, stream, None)
+    assert (again.offset, again.queued, again.pending) == (first.offset, 0, 2)
+    assert harness.run_until_idle().failures == []
+    table = output(session, "select * from out5")
+    assert table == [(T, 1), (T + 10000, 1)]
+    # a run that committed but died before marking its triggers done is simply run again
+    with warehouse.catalog.transaction() as conn:
+        from dagster_tdstream.storage.catalog import triggers_table
+
+        conn.execute(triggers_table.update().values(status="pending"))
+    harness.cursors.clear()
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out5") == table
+
+
+def test_back_pressure_while_a_run_of_the_stream_is_active(
+    session: Session, harness: StreamHarness, warehouse: Warehouse
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s6 interval(10s) sliding(10s) from a into out6 as select _twstart, count(*) n from %%trows;"
+        f"insert into a values ({T}, 1) ({T + 10000}, 2)"
+    )
+    create_run_for_test(harness.instance, job_name="busy", status=DagsterRunStatus.STARTED, tags={STREAM_TAG: "d.s6"})
+    assert harness.tick() == []
+    assert "wait for run" in next(iter(_skips(harness).values()))
+    assert warehouse.catalog.count_pending("d.s6") == 1
+
+
+def _skips(harness: StreamHarness) -> dict[str, str]:
+    report = harness.run_until_idle(max_rounds=1)
+    return report.skipped
+
+
+def test_streams_with_features_not_built_say_so(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s7 state_window(v) from a into out7 as select _twstart, count(*) n from %%trows;"
+        f"insert into a values ({T}, 1)"
+    )
+    report = harness.run_until_idle()
+    assert report.runs == 0
+    assert report.skipped == {"d__s7__trigger": "stream d.s7 cannot run: not built yet: the STATE_WINDOW trigger"}
+
+
+def test_runs_go_through_a_persistent_dagster_instance(tmp_path: Path, warehouse: Warehouse, spark: object) -> None:
+    session = Session(warehouse, timezone="UTC")
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s8 interval(10s) sliding(10s) from a into out8 as select _twstart, count(*) n from %%trows;"
+        f"insert into a values ({T}, 1) ({T + 10000}, 2)"
+    )
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    # the instance settings the project ships (telemetry off, run concurrency for 2 cores)
+    (home / "dagster.yaml").write_text((Path(__file__).parents[1] / "dagster.yaml").read_text())
+    with DagsterInstance.from_config(str(home)) as instance:
+        report = StreamHarness(warehouse, instance=instance, timezone="UTC").run_until_idle()
+        assert report.runs == 1 and report.failures == []
+        runs = instance.get_runs()
+        assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS]
+        assert runs[0].tags[STREAM_TAG] == "d.s8"
+        assert runs[0].tags["dagster/asset_partition_range_start"] == "2023-11-14-22:00"
