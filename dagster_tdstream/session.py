@@ -421,12 +421,14 @@ class Session:
         return db
 
     def _exec_createstream(self, stmt: ast.CreateStream) -> Result:
-        db = self._validate_stream(stmt)
+        db = self.db_of(stmt.name)
         name = normalize(stmt.name.name)
         if self.warehouse.catalog.get_stream(db, name) is not None:
+            # checked before the catalog rules: the stream's own output table exists by now
             if stmt.if_not_exists:
                 return Result(message="OK (stream exists)")
             raise StreamValidationError(f"stream {db}.{name} already exists")
+        self._validate_stream(stmt)
         start_offset = self._stream_start_offset(stmt, db)
         with self.warehouse.catalog.transaction() as conn:
             self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset)

@@ -206,3 +206,25 @@ def test_runs_go_through_a_persistent_dagster_instance(tmp_path: Path, warehouse
         assert [r.status for r in runs] == [DagsterRunStatus.SUCCESS]
         assert runs[0].tags[STREAM_TAG] == "d.s8"
         assert runs[0].tags["dagster/asset_partition_range_start"] == "2023-11-14-22:00"
+
+
+def test_a_failed_batch_is_retried_a_bounded_number_of_times(
+    session: Session, harness: StreamHarness, warehouse: Warehouse
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table q (ts timestamp, x int);"
+        "create stream s9 interval(10s) sliding(10s) from a into out9 as select _twstart, sum(x) from q "
+        "where ts >= _twstart and ts < _twend;"
+        f"insert into a values ({T}, 1) ({T + 10000}, 2)"
+    )
+    session.execute("drop table q")  # every computation of the batch now fails
+    report = harness.run_until_idle()
+    assert report.runs == 1 and "table d.q does not exist" in report.failures[0]
+    for _ in range(2):  # two more attempts of the same batch
+        requests = harness.tick()
+        assert len(requests) == 1
+        harness.run(*requests[0], report)
+    assert harness.tick() == []
+    reasons = harness.run_until_idle(max_rounds=1).skipped
+    assert "failed 3 times" in reasons["d__s9__trigger"]
+    assert warehouse.catalog.count_pending("d.s9") == 1

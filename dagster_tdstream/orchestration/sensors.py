@@ -35,6 +35,9 @@ from .assets import MODE_TAG, STREAM_TAG, TRIGGERS_MODE
 from .partitions import to_datetime
 from .resources import TDStreamWarehouse
 
+BATCH_TAG = "tdstream/batch"
+MAX_ATTEMPTS = 3
+FAILED_STATUSES = [DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -75,7 +78,6 @@ def build_trigger_sensor(
         default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
         description=f"Trigger task of TDengine stream {stream_key}: reads its trigger table's WAL and "
         "requests a run when windows fire.",
-        tags={STREAM_TAG: stream_key.split(".", 1)[1]},
     )
     def trigger_sensor(
         context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse
@@ -111,10 +113,24 @@ def build_trigger_sensor(
                 skip_reason=SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}"),
                 cursor=new_cursor,
             )
+        # the run key names the batch and the attempt: a retried tick launches nothing twice,
+        # while a batch whose run failed is tried again, a bounded number of times
+        batch = f"{pending[0]['id']}-{pending[-1]['id']}"
+        failed = context.instance.get_runs(
+            filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES)
+        )
+        if len(failed) >= MAX_ATTEMPTS:
+            return SensorResult(
+                skip_reason=SkipReason(
+                    f"stream {stream_key}: the run for triggers {batch} failed {len(failed)} times "
+                    f"(last: run {failed[0].run_id}); fix the cause, then write new data or rerun that run"
+                ),
+                cursor=new_cursor,
+            )
         starts = [int(t["wstart"]) for t in pending if t["wstart"] is not None]
-        tags = {STREAM_TAG: stream_key, MODE_TAG: TRIGGERS_MODE}
+        tags = {STREAM_TAG: stream_key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: batch}
         tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
-        run = RunRequest(run_key=f"{stream_key}:{pending[0]['id']}-{pending[-1]['id']}", tags=tags)
+        run = RunRequest(run_key=f"{stream_key}:{batch}:{len(failed)}", tags=tags)
         return SensorResult(run_requests=[run], cursor=new_cursor)
 
     return trigger_sensor

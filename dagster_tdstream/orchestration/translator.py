@@ -42,7 +42,7 @@ class DagsterTDStreamTranslator:
             description=f"Output of TDengine stream {stream.key} ({stream.stmt.trigger.kind} trigger).",
             group_name=stream.db,
             metadata=metadata,
-            tags={"tdstream/stream": stream.name},
+            tags={"tdstream/trigger": stream.stmt.trigger.kind.lower()},
             kinds={"spark", "delta"},
             code_version=code_version(stream),
         )
