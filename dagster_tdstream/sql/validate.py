@@ -359,31 +359,9 @@ _AGGREGATE_NAMES = frozenset(
         "unique",
     ]
 )
-_NON_TIMESTAMP_FUNCS = frozenset(
-    [
-        "count",
-        "sum",
-        "avg",
-        "spread",
-        "stddev",
-        "stddev_pop",
-        "var_pop",
-        "apercentile",
-        "percentile",
-        "leastsquares",
-        "hyperloglog",
-        "histogram",
-        "elapsed",
-        "twa",
-        "irate",
-        "length",
-        "concat",
-        "concat_ws",
-        "lower",
-        "upper",
-        "abs",
-    ]
-)
+_SELECTORS = frozenset(["min", "max", "first", "last", "last_row", "mode", "top", "bottom", "sample", "tail", "unique"])
+# the first result column must be a timestamp: these never return one
+_NON_TIMESTAMP_FUNCS = (_AGGREGATE_NAMES - _SELECTORS) | {"length", "concat", "concat_ws", "lower", "upper", "abs"}
 
 
 def output_column_names(stmt: ast.CreateStream) -> list[str] | None:

@@ -19,6 +19,7 @@ from ..sql.validate import TRIGGER_PLACEHOLDERS
 from ..sql.walk import children as _children
 from ..sql.walk import nested_selects, select_expressions, walk
 from .catalog import TableInfo
+from .types import INTEGER_TYPES
 from .warehouse import Warehouse
 
 _PSEUDO_COLUMNS = frozenset(
@@ -28,21 +29,7 @@ _TIMESTAMP_NAMES = frozenset({"_tlocaltime", "_tprev_localtime", "_tnext_localti
     {"_c0", "_rowts", "_wstart", "_wend", "_twstart", "_twend", "_tcurrent_ts", "_tprev_ts", "_tnext_ts", "_irowts"}
 )
 _BIGINT_NAMES = frozenset({"_wduration", "_twduration", "_twrownum", "_tgrpid"})
-_STATE_TYPES = (
-    "BOOL",
-    "TINYINT",
-    "SMALLINT",
-    "INT",
-    "INTEGER",
-    "BIGINT",
-    "TINYINT UNSIGNED",
-    "SMALLINT UNSIGNED",
-    "INT UNSIGNED",
-    "BIGINT UNSIGNED",
-    "VARCHAR",
-    "BINARY",
-    "NCHAR",
-)
+_STATE_TYPES = ("BOOL", *INTEGER_TYPES, "VARCHAR", "BINARY", "NCHAR")
 
 TIMESTAMP = ast.DataType("TIMESTAMP")
 BIGINT = ast.DataType("BIGINT")

@@ -52,6 +52,7 @@ _ARROW: dict[str, pa.DataType] = {
 }
 
 STRING_TYPES = ("BINARY", "VARCHAR", "NCHAR", "JSON")
+INTEGER_TYPES = tuple(_INT_RANGES)
 
 
 def arrow_type(dtype: DataType) -> pa.DataType:
@@ -131,9 +132,7 @@ def coerce(value: Any, dtype: DataType, column: str) -> Any:
                 raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
         return value
     if name in ("FLOAT", "DOUBLE"):
-        if isinstance(value, bool):
-            return float(value)
-        if isinstance(value, int | float):
+        if isinstance(value, int | float):  # bool included: true is 1.0
             return float(value)
         if isinstance(value, str):
             try:
