@@ -346,48 +346,31 @@ class Session:
     # ------------------------------------------------------------------ SHOW / DESCRIBE
 
     def _exec_show(self, stmt: ast.Show) -> Result:
-        if stmt.what == "DATABASES":
-            dbs = self.warehouse.catalog.list_databases()
-            return _table_result(
-                ["name", "create_time", "vgroups", "precision", "keep"],
-                [
-                    [d.name, d.created_at, int(d.options.get("VGROUPS", "2")), d.precision, d.options.get("KEEP")]
-                    for d in dbs
-                ],
-                timestamps={"create_time"},
-            )
-        db = normalize(stmt.db) if stmt.db else self.db_of()
-        self.warehouse.database(db)
-        if stmt.what == "STABLES":
-            tables = self.warehouse.catalog.list_tables(db, ["super"])
-            rows = [[t.name, db, t.created_at, len(t.columns), len(t.tags)] for t in _like(tables, stmt.like)]
-            return _table_result(
-                ["stable_name", "db_name", "create_time", "columns", "tags"], rows, timestamps={"create_time"}
-            )
-        if stmt.what == "TABLES":
-            tables = self.warehouse.catalog.list_tables(db, ["child", "normal"])
-            rows = [
-                [
-                    t.name,
-                    db,
-                    t.created_at,
-                    len(t.columns),
-                    t.stable,
-                    t.uid,
-                    "CHILD_TABLE" if t.kind == "child" else "NORMAL_TABLE",
-                ]
-                for t in _like(tables, stmt.like)
-            ]
-            return _table_result(
-                ["table_name", "db_name", "create_time", "columns", "stable_name", "uid", "type"],
-                rows,
-                timestamps={"create_time"},
-            )
-        streams = self.warehouse.catalog.list_streams(db)
-        rows = [[s.name, s.db, s.created_at, s.sql, s.status] for s in streams]
-        return _table_result(
-            ["stream_name", "db_name", "create_time", "sql", "status"], rows, timestamps={"create_time"}
-        )
+        from .storage.system import system_schema, system_table
+
+        name = {
+            "DATABASES": "ins_databases",
+            "STABLES": "ins_stables",
+            "TABLES": "ins_tables",
+            "STREAMS": "ins_streams",
+        }[stmt.what]
+        db = None
+        if stmt.what != "DATABASES":
+            db = normalize(stmt.db) if stmt.db else self.db_of()
+            self.warehouse.database(db)
+        table = system_table(self.warehouse, name, db)
+        if stmt.like is not None:
+            import fnmatch
+
+            glob = stmt.like.lower().replace("%", "*").replace("_", "?")
+            keep = [fnmatch.fnmatchcase(str(v), glob) for v in table.column(0).to_pylist()]
+            table = table.filter(pa.array(keep, pa.bool_()))
+        arrays = [
+            col.cast(pa.timestamp("ms", tz="UTC")) if c.type.name == "TIMESTAMP" else col
+            for col, c in zip(table.columns, system_schema(name), strict=True)
+        ]
+        result = pa.table(arrays, names=table.column_names)
+        return Result(table=result, message=f"Query OK, {result.num_rows} row(s) in set")
 
     def _exec_describe(self, stmt: ast.Describe) -> Result:
         info = self.table(stmt.table)
@@ -530,15 +513,6 @@ def to_result_table(arrow: pa.Table, columns: tuple[OutputColumn, ...], precisio
             array = array.cast(pa.int64()).cast(pa.timestamp(precision, tz="UTC"))
         arrays.append(array)
     return pa.table(arrays, names=[c.name for c in columns]) if arrays else pa.table({})
-
-
-def _like(tables: list[TableInfo], pattern: str | None) -> list[TableInfo]:
-    if pattern is None:
-        return tables
-    import fnmatch
-
-    glob = pattern.replace("%", "*").replace("_", "?")
-    return [t for t in tables if fnmatch.fnmatchcase(t.name, glob.lower())]
 
 
 def _table_result(columns: list[str], rows: list[list[Any]], timestamps: set[str] | None = None) -> Result:

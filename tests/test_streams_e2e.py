@@ -180,12 +180,12 @@ def _skips(harness: StreamHarness) -> dict[str, str]:
 def test_streams_with_features_not_built_say_so(session: Session, harness: StreamHarness) -> None:
     session.execute(
         SCHEMA + "create table a using st tags (1);"
-        "create stream s7 state_window(v) from a into out7 as select _twstart, count(*) n from %%trows;"
+        "create stream s7 period(10s) into out7 as select cast(_tlocaltime / 1000000 as timestamp), count(*) n from a;"
         f"insert into a values ({T}, 1)"
     )
     report = harness.run_until_idle()
     assert report.runs == 0
-    assert report.skipped == {"d__s7__trigger": "stream d.s7 cannot run: not built yet: the STATE_WINDOW trigger"}
+    assert report.skipped == {"d__s7__trigger": "stream d.s7 cannot run: not built yet: the PERIOD trigger"}
 
 
 def test_runs_go_through_a_persistent_dagster_instance(tmp_path: Path, warehouse: Warehouse, spark: object) -> None:

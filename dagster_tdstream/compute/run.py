@@ -27,8 +27,8 @@ from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_type
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_OPEN
-from ..triggers.plan import window_trigger_for
+from ..triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_OPEN, WindowTrigger
+from ..triggers.plan import trigger_for, window_trigger_for
 from ..triggers.tick import group_identity
 from .output import Group, group_of, write_results
 
@@ -73,18 +73,21 @@ def compute_triggers(
     try:
         triggers_view = views.register(_triggers_frame(spark, stream, computable, clock), "triggers")
         trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
-        spec = window_trigger_for(stream.stmt, stream.precision).spec
+        trigger = trigger_for(stream.stmt, stream.precision)
+        label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
+        pre_filter = stream.stmt.option("PRE_FILTER")
+        if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
+            # recalculated INTERVAL windows carry no row count: count them at computation time
+            triggers_view = views.register(
+                _with_row_counts(spark, triggers_view, trigger_source.view, stream, label), "triggers"
+            )
         scope = StreamScope(
             triggers_view=triggers_view,
             trigger_table=trigger_source,
             group_columns=stream.group_columns,
-            window_label=spec.label_sql,
+            window_label=label,
+            trows_filter=pre_filter.expr if pre_filter is not None else None,
         )
-        if _uses(query, "_twrownum") and trigger_source is not None:
-            triggers_view = views.register(
-                _with_row_counts(spark, triggers_view, trigger_source.view, stream, spec.label_sql), "triggers"
-            )
-            scope = StreamScope(triggers_view, trigger_source, stream.group_columns, spec.label_sql)
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
         from ..session import run_spark_sql
@@ -190,6 +193,8 @@ def triggers_for_range(
     table's current data with the window spec the sensor uses: windows with rows, plus the
     empty ones a group has passed unless IGNORE_NODATA_TRIGGER, closed ones only (end at or
     before the group's newest row less the watermark)."""
+    if not isinstance(trigger_for(stream.stmt, stream.precision), WindowTrigger):
+        return _row_windows_for_range(warehouse, stream, start, end)
     trigger = window_trigger_for(stream.stmt, stream.precision)
     spec = trigger.spec
     table = stream.trigger_table
@@ -242,6 +247,30 @@ def triggers_for_range(
                     "fired_at": time.time_ns(),
                 }
             )
+    return triggers
+
+
+def _row_windows_for_range(
+    warehouse: Warehouse, stream: StreamDefinition, start: int, end: int
+) -> list[dict[str, Any]]:
+    """Row windows (STATE/SESSION/EVENT/COUNT) starting in [start, end): each group's rows are
+    replayed through the same trigger the sensor runs, from the group's first row."""
+    from ..triggers.rows import RowState
+    from ..triggers.tick import rows_by_group
+
+    trigger = trigger_for(stream.stmt, stream.precision)
+    triggers: list[dict[str, Any]] = []
+    for values, group_id, rows in rows_by_group(warehouse, stream):
+        for fired in trigger.advance(RowState(), rows):
+            if fired.event == WINDOW_CLOSE and start <= fired.start < end:
+                triggers.append(
+                    {
+                        "id": len(triggers), "trigger_id": f"{group_id}:{fired.start}", "event": WINDOW_CLOSE,
+                        "group_id": group_id, "group_values": json.dumps(values, default=str),
+                        "wstart": fired.start, "wend": fired.end, "row_count": fired.row_count,
+                        "detail": json.dumps(fired.detail, default=str), "offset": -1, "fired_at": time.time_ns(),
+                    }
+                )  # fmt: skip
     return triggers
 
 

@@ -15,7 +15,8 @@ from dagster import TimeWindowPartitionsDefinition
 from ..sql.timeunits import PRECISIONS
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
-from ..triggers.plan import not_built, window_trigger_for
+from ..triggers.engine import WindowTrigger
+from ..triggers.plan import not_built, trigger_for
 
 HOURLY, DAILY = "hourly", "daily"
 _FORMATS = {HOURLY: "%Y-%m-%d-%H:%M", DAILY: "%Y-%m-%d"}
@@ -24,10 +25,14 @@ _HOUR_NANOS = 3600 * 10**9
 
 
 def partition_grain(stream: StreamDefinition) -> str:
+    """Hourly for INTERVAL windows under an hour; daily otherwise (row windows have no fixed
+    length, so the coarser bucket keeps the partition count low)."""
     if not_built(stream.stmt):
         return DAILY
-    spec = window_trigger_for(stream.stmt, stream.precision).spec
-    return HOURLY if spec.interval * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
+    trigger = trigger_for(stream.stmt, stream.precision)
+    if not isinstance(trigger, WindowTrigger):
+        return DAILY
+    return HOURLY if trigger.spec.interval * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
 
 
 def earliest_event_time(warehouse: Warehouse, stream: StreamDefinition) -> datetime:

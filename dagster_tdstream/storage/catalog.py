@@ -123,6 +123,7 @@ triggers_table = Table(
     Column("wstart", BigInteger),
     Column("wend", BigInteger),
     Column("row_count", BigInteger),
+    Column("detail", Text),  # JSON: what notifications report (states, condition index, values)
     Column("offset", Integer, nullable=False),  # the WAL offset whose rows fired it
     Column("fired_at", BigInteger, nullable=False),  # processing time, ns (_tlocaltime)
     Column("status", String(8), nullable=False),  # pending | done

@@ -17,6 +17,7 @@ from ..errors import CatalogError
 from ..sql.ast import QualifiedName
 from ..sql.translate import SourceTable
 from .catalog import TableInfo
+from .system import SYSTEM_DB, system_schema, system_table
 from .types import arrow_schema, arrow_type
 from .warehouse import Warehouse
 
@@ -77,6 +78,12 @@ def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo) -> Any:
     return data.join(F.broadcast(tags), "tbname", "inner")
 
 
+def F_lit(value: Any) -> Any:  # noqa: N802 - mirrors pyspark's F.lit
+    from pyspark.sql import functions as F
+
+    return F.lit(value)
+
+
 class SparkViews:
     """Temporary Spark views of warehouse tables for one query or one stream run: each table
     is registered once, under a name unique to this object, and dropped by ``close``."""
@@ -93,7 +100,24 @@ class SparkViews:
         db = (name.db or self.default_db or "").lower()
         if not db:
             raise CatalogError("no database selected: USE a database or qualify the name as db.table")
+        if db == SYSTEM_DB:
+            return self._system(name.name.lower())
         return self.table(self.warehouse.table(db, name.name.lower()))
+
+    def _system(self, name: str) -> SourceTable:
+        key = f"{SYSTEM_DB}.{name}"
+        if key not in self._views:
+            schema = system_schema(name)
+            data = system_table(self.warehouse, name)
+            frame = (
+                self.spark.createDataFrame(data.to_pylist(), spark_schema(data.schema))
+                if data.num_rows
+                else (self.spark.createDataFrame([], spark_schema(data.schema)))
+            )
+            view = f"__tds_{next(self._counter)}"
+            frame.withColumn("tbname", F_lit(name)).createOrReplaceTempView(view)
+            self._views[key] = SourceTable(key, view, "normal", schema, (), "ms")
+        return self._views[key]
 
     def table(self, info: TableInfo) -> SourceTable:
         key = f"{info.db}.{info.name}"

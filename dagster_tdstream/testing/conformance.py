@@ -171,15 +171,17 @@ def _query(session: Session, query: str, label: str) -> Result:
         raise CaseFailed(f"{label}: {exc}") from None
 
 
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
+# transcribed expectations sometimes drop a leading zero ('00:00:4'): read each field as a number
+_TIMESTAMP = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d+))?$")
 
 
 def _normal(value: Any) -> Any:
     if value is None or (isinstance(value, str) and value.upper() in ("NULL", "NONE")):
         return None
-    if isinstance(value, str) and _TIMESTAMP.match(value):
-        whole, _, fraction = value.partition(".")
-        return (datetime.strptime(whole, "%Y-%m-%d %H:%M:%S"), int(fraction.ljust(9, "0")) if fraction else 0)
+    match = _TIMESTAMP.match(value) if isinstance(value, str) else None
+    if match:
+        *fields, fraction = match.groups()
+        return (datetime(*map(int, fields)), int((fraction or "").ljust(9, "0")))
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):

@@ -13,6 +13,7 @@ from typing import Any
 
 from .windows import IntervalSpec
 
+MAX_DELAY = "MAX_DELAY"  # an open window computed because MAX_DELAY passed (processing time)
 WINDOW_OPEN = "WINDOW_OPEN"
 WINDOW_CLOSE = "WINDOW_CLOSE"
 RECALC = "RECALC"  # a closed window computed again (late row or update inside it)
@@ -32,10 +33,14 @@ class Change:
 
 @dataclass(frozen=True)
 class Fired:
+    """A trigger: the window [start, end] (``end`` exclusive for INTERVAL, the last row's
+    timestamp for row windows) and what notifications report about it (``detail``)."""
+
     event: str
     start: int
     end: int
     row_count: int
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

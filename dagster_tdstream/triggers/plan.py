@@ -1,14 +1,17 @@
 """Which trigger a CREATE STREAM describes, as an engine object.
 
 Owns mapping the statement's trigger clause and STREAM_OPTIONS to a configured trigger
-(``WindowTrigger`` today) and naming, in one place, what this build does not evaluate yet,
-so that a stream using it fails loudly instead of computing something else.
+(``WindowTrigger`` for INTERVAL, the row windows of ``rows.py``) and naming, in one place,
+what this build does not evaluate yet, so that a stream using it fails loudly instead of
+computing something else.
 """
 
 from __future__ import annotations
 
 from ..sql import ast
+from ..sql.walk import walk
 from .engine import WINDOW_CLOSE, TriggerNotBuiltError, WindowTrigger
+from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
 from .windows import IntervalSpec
 
 # options the trigger engine does not evaluate yet; a stream using one is not run
@@ -16,20 +19,21 @@ _NOT_BUILT_OPTIONS = {
     "EXPIRED_TIME": "EXPIRED_TIME",
     "DELETE_RECALC": "DELETE_RECALC",
     "DELETE_OUTPUT_TABLE": "DELETE_OUTPUT_TABLE",
-    "PRE_FILTER": "PRE_FILTER",
     "FORCE_OUTPUT": "FORCE_OUTPUT",
     "MAX_DELAY": "MAX_DELAY (processing-time firing of open windows)",
     "CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY",
 }
+
+Trigger = WindowTrigger | RowWindowTrigger
 
 
 def not_built(stmt: ast.CreateStream) -> list[str]:
     """What the stream needs that this build does not evaluate yet (empty: it runs)."""
     missing = []
     trigger = stmt.trigger
-    if not (isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None):
+    if isinstance(trigger, ast.PeriodTrigger) or (isinstance(trigger, ast.SlidingTrigger) and trigger.interval is None):
         missing.append(f"the {trigger.kind} trigger")
-    elif trigger.interval.is_calendar:
+    elif isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
         missing.append("calendar INTERVAL units (n, y) in triggers")
     for opt in stmt.options:
         if opt.name in _NOT_BUILT_OPTIONS:
@@ -43,19 +47,53 @@ def not_built(stmt: ast.CreateStream) -> list[str]:
     return missing
 
 
-def window_trigger_for(stmt: ast.CreateStream, precision: str) -> WindowTrigger:
+def trigger_for(stmt: ast.CreateStream, precision: str) -> Trigger:
     missing = not_built(stmt)
     if missing:
         raise TriggerNotBuiltError("not built yet: " + ", ".join(missing))
     trigger = stmt.trigger
-    assert isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None
-    spec = IntervalSpec.from_durations(trigger.interval, trigger.sliding, trigger.interval_offset, precision)
-    watermark = stmt.option("WATERMARK")
     event_type = stmt.option("EVENT_TYPE")
-    return WindowTrigger(
-        spec=spec,
-        watermark=watermark.duration.in_precision(precision) if watermark and watermark.duration else 0,
-        ignore_nodata=stmt.option("IGNORE_NODATA_TRIGGER") is not None,
-        ignore_disorder=stmt.option("IGNORE_DISORDER") is not None,
-        events=event_type.event_types if event_type else (WINDOW_CLOSE,),
+    events = event_type.event_types if event_type else (WINDOW_CLOSE,)
+    ignore_disorder = stmt.option("IGNORE_DISORDER") is not None
+    if isinstance(trigger, ast.SlidingTrigger):
+        spec = IntervalSpec.from_durations(trigger.interval, trigger.sliding, trigger.interval_offset, precision)
+        watermark = stmt.option("WATERMARK")
+        return WindowTrigger(
+            spec=spec,
+            watermark=watermark.duration.in_precision(precision) if watermark and watermark.duration else 0,
+            ignore_nodata=stmt.option("IGNORE_NODATA_TRIGGER") is not None,
+            ignore_disorder=ignore_disorder,
+            events=events,
+        )
+    true_for = None
+    if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:
+        true_for = trigger.true_for.in_precision(precision)
+    common = {"true_for": true_for, "events": events, "ignore_disorder": ignore_disorder}
+    if isinstance(trigger, ast.StateTrigger):
+        if not isinstance(trigger.expr, ast.Column):
+            raise TriggerNotBuiltError("not built yet: STATE_WINDOW over an expression")
+        return StateTrigger(**common, column=trigger.expr.name.lower())
+    if isinstance(trigger, ast.SessionTrigger):
+        return SessionTrigger(**common, gap=trigger.gap.in_precision(precision))
+    if isinstance(trigger, ast.EventTrigger):
+        columns = tuple(
+            dict.fromkeys(
+                n.name.lower() for c in (*trigger.start, *trigger.end) for n in walk(c) if isinstance(n, ast.Column)
+            )
+        )
+        return EventTrigger(**common, starts=trigger.start, ends=trigger.end, condition_columns=columns)
+    assert isinstance(trigger, ast.CountTrigger)
+    return CountTrigger(
+        **common,
+        size=trigger.count,
+        slide=trigger.sliding or trigger.count,
+        columns=tuple(c.name.lower() for c in trigger.columns),
     )
+
+
+def window_trigger_for(stmt: ast.CreateStream, precision: str) -> WindowTrigger:
+    """The INTERVAL trigger of a stream (for callers that need its window spec)."""
+    trigger = trigger_for(stmt, precision)
+    if not isinstance(trigger, WindowTrigger):
+        raise TriggerNotBuiltError(f"{stmt.trigger.kind} has no interval windows")
+    return trigger

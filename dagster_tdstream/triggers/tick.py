@@ -25,8 +25,10 @@ import pyarrow as pa
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
-from .engine import Change, GroupState
-from .plan import window_trigger_for
+from .conditions import holds
+from .engine import RECALC, WINDOW_CLOSE, Change, Fired, GroupState, WindowTrigger
+from .plan import trigger_for
+from .rows import RowChange, RowState, RowWindowTrigger
 
 _CHANGE_KINDS = {"insert": "insert", "update_postimage": "update", "delete": "delete"}
 
@@ -67,7 +69,7 @@ def advance_stream(
 ) -> TickResult:
     """Process at most ``max_offsets`` WAL offsets after ``last_offset`` (None: the stream has
     processed nothing yet) and queue the triggers they fire."""
-    trigger = window_trigger_for(stream.stmt, stream.precision)
+    trigger = trigger_for(stream.stmt, stream.precision)
     table = stream.trigger_table
     assert table is not None  # window triggers always have a trigger table
     catalog = warehouse.catalog
@@ -77,69 +79,127 @@ def advance_stream(
         return TickResult(first - 1, first, 0, catalog.count_pending(stream.key), 0)
     end = min(current, first + max_offsets - 1)
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
-    states = {key: GroupState.from_json(value) for key, value in (saved or {}).items()}
+    state_type = GroupState if isinstance(trigger, WindowTrigger) else RowState
+    states: dict[str, Any] = {key: state_type.from_json(value) for key, value in (saved or {}).items()}
     feed = warehouse.delta.change_feed(table.db, table.storage_name, first, end)
-    changes = _group_changes(warehouse, stream, table, feed)
+    rows = _GroupedRows(warehouse, stream, table)
     fired_at = clock()
     queued: list[dict[str, Any]] = []
-    for group_key, (values, group_id, group_changes) in changes.items():
-        state = states.setdefault(group_key, GroupState())
-        for fired in trigger.advance(state, group_changes):
-            queued.append(
-                {
-                    "trigger_id": f"{group_id}:{fired.start}",
-                    "event": fired.event,
-                    "group_id": group_id,
-                    "group_values": json.dumps(values),
-                    "wstart": fired.start,
-                    "wend": fired.end,
-                    "row_count": fired.row_count,
-                    "offset": end,
-                    "fired_at": fired_at,
-                }
-            )
+    for group_key, (values, group_id, changes) in rows.group(feed).items():
+        state = states.setdefault(group_key, state_type())
+        if isinstance(trigger, WindowTrigger):
+            fired = trigger.advance(state, [Change(c.ts, c.kind) for c in changes])
+        else:
+            fired = trigger.advance(state, changes)
+            if state.late_from is not None:
+                # rows out of time order: re-derive this group's windows from the table
+                state, recalculated = _rederive(trigger, rows.all_rows(values), state.late_from)
+                states[group_key] = state
+                fired += recalculated
+        queued += [_queue_row(f, values, group_id, end, fired_at) for f in fired]
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
 
 
-def _group_changes(
-    warehouse: Warehouse, stream: StreamDefinition, table: TableInfo, feed: pa.Table
-) -> dict[str, tuple[list[Any], int, list[Change]]]:
-    """WAL records per group, in commit order and time order inside a commit: group key →
-    (group values, group id, changes)."""
-    if feed.num_rows == 0:
-        return {}
-    pk = table.primary_key
-    names = feed.column("tbname").to_pylist() if "tbname" in feed.column_names else [table.name] * feed.num_rows
-    stamps = feed.column(pk).to_pylist()
-    kinds = feed.column("_change_type").to_pylist()
-    versions = feed.column("_commit_version").to_pylist()
-    children: dict[str, TableInfo | None] = {}
+def _queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired_at: int) -> dict[str, Any]:
+    return {
+        "trigger_id": f"{group_id}:{fired.start}",
+        "event": fired.event,
+        "group_id": group_id,
+        "group_values": json.dumps(values, default=str),
+        "wstart": fired.start,
+        "wend": fired.end,
+        "row_count": fired.row_count,
+        "detail": json.dumps(fired.detail, default=str),
+        "offset": offset,
+        "fired_at": fired_at,
+    }
 
-    def table_of(tbname: str) -> TableInfo | None:
-        if tbname not in children:
-            children[tbname] = (
-                table if table.kind != "super" and tbname == table.name else warehouse.find_table(table.db, tbname)
-            )
-        return children[tbname]
 
-    rows = sorted(
-        (versions[i], stamps[i], i)
-        for i in range(feed.num_rows)
-        if kinds[i] in _CHANGE_KINDS and (table.kind != "child" or names[i] == table.name)
-    )
-    groups: dict[str, tuple[list[Any], int, list[Change]]] = {}
-    for _, ts, i in rows:
-        source = table_of(names[i])
-        values: list[Any] = []
-        for column in stream.group_columns:
-            if column == "tbname":
-                values.append(names[i])
-            else:
-                values.append(source.tag_values.get(column) if source is not None else None)
-        key = json.dumps(values, default=str)
-        if key not in groups:
-            groups[key] = (values, group_identity(warehouse, stream, values), [])
-        groups[key][2].append(Change(ts, _CHANGE_KINDS[kinds[i]]))
-    return groups
+def _rederive(trigger: RowWindowTrigger, rows: list[RowChange], late_from: int) -> tuple[RowState, list[Fired]]:
+    """Replay the group's rows in time order from a fresh state; the closed windows that end
+    at or after the late row are computed again."""
+    state = RowState()
+    closes = [f for f in trigger.advance(state, rows) if f.event == WINDOW_CLOSE and f.end >= late_from]
+    return state, [Fired(RECALC, f.start, f.end, f.row_count, f.detail) for f in closes]
+
+
+class _GroupedRows:
+    """Trigger-table rows as the engine sees them: per group, with column, tag and tbname
+    values, PRE_FILTER applied."""
+
+    def __init__(self, warehouse: Warehouse, stream: StreamDefinition, table: TableInfo) -> None:
+        self.warehouse = warehouse
+        self.stream = stream
+        self.table = table
+        pre_filter = stream.stmt.option("PRE_FILTER")
+        self.pre_filter = pre_filter.expr if pre_filter is not None else None
+        self._children: dict[str, TableInfo | None] = {}
+
+    def _table_of(self, tbname: str) -> TableInfo | None:
+        if tbname not in self._children:
+            table = self.table
+            same = table.kind != "super" and tbname == table.name
+            self._children[tbname] = table if same else self.warehouse.find_table(table.db, tbname)
+        return self._children[tbname]
+
+    def _values(self, record: dict[str, Any], tbname: str) -> dict[str, Any]:
+        source = self._table_of(tbname)
+        values = {c.name: record.get(c.name) for c in self.table.columns}
+        if source is not None:
+            values.update(source.tag_values)
+        values["tbname"] = tbname
+        return values
+
+    def _group_values(self, values: dict[str, Any]) -> list[Any]:
+        return [values.get(column) for column in self.stream.group_columns]
+
+    def group(self, feed: pa.Table) -> dict[str, tuple[list[Any], int, list[RowChange]]]:
+        """WAL records per group, in commit order and time order inside a commit: group key →
+        (group values, group id, changes)."""
+        groups: dict[str, tuple[list[Any], int, list[RowChange]]] = {}
+        if feed.num_rows == 0:
+            return groups
+        pk = self.table.primary_key
+        records = feed.to_pylist()
+        records.sort(key=lambda r: (r["_commit_version"], r[pk]))
+        for record in records:
+            kind = _CHANGE_KINDS.get(record["_change_type"])
+            tbname = record.get("tbname") or self.table.name
+            if kind is None or (self.table.kind == "child" and tbname != self.table.name):
+                continue
+            values = self._values(record, tbname)
+            if kind != "delete" and self.pre_filter is not None and not holds(self.pre_filter, values):
+                continue
+            group_values = self._group_values(values)
+            key = json.dumps(group_values, default=str)
+            if key not in groups:
+                groups[key] = (group_values, group_identity(self.warehouse, self.stream, group_values), [])
+            groups[key][2].append(RowChange(record[pk], kind, values))
+        return groups
+
+    def all_groups(self) -> dict[str, tuple[list[Any], list[RowChange]]]:
+        """Every group's current rows from the table, in time order (for re-derivation)."""
+        data = self.warehouse.read_table(self.table).to_pylist()
+        pk = self.table.primary_key
+        groups: dict[str, tuple[list[Any], list[RowChange]]] = {}
+        for record in sorted(data, key=lambda r: r[pk]):
+            values = self._values(record, record.get("tbname") or self.table.name)
+            if self.pre_filter is not None and not holds(self.pre_filter, values):
+                continue
+            group_values = self._group_values(values)
+            key = json.dumps(group_values, default=str)
+            groups.setdefault(key, (group_values, []))[1].append(RowChange(record[pk], "insert", values))
+        return groups
+
+    def all_rows(self, group_values: list[Any]) -> list[RowChange]:
+        found = self.all_groups().get(json.dumps(group_values, default=str))
+        return found[1] if found else []
+
+
+def rows_by_group(warehouse: Warehouse, stream: StreamDefinition) -> list[tuple[list[Any], int, list[RowChange]]]:
+    """Each group of the stream with its id and its rows, from the trigger table's data."""
+    assert stream.trigger_table is not None
+    grouped = _GroupedRows(warehouse, stream, stream.trigger_table)
+    return [(values, group_identity(warehouse, stream, values), rows) for values, rows in grouped.all_groups().values()]

@@ -80,7 +80,8 @@ class StreamScope:
     trigger_table: SourceTable | None
     group_columns: tuple[str, ...]  # PARTITION BY names (tbname or tags), lower case
     window_label: Callable[[str], str] | None  # SQL labelling a row with its trigger window start
-    sliding_trigger: bool = False
+    # PRE_FILTER: %%trows are the rows that entered the trigger
+    trows_filter: ast.Expr | None = None
 
 
 @dataclass
@@ -118,6 +119,7 @@ class _Scope:
     tables: tuple[SourceTable, ...] = ()
     trigger_join: list[str] = field(default_factory=list)  # ON conditions tying d to __trig
     trows_label: str | None = None  # SQL labelling base rows with their trigger window
+    trows_filter: ast.Expr | None = None
     window: ast.IntervalWindow | None = None
     window_sql: dict[str, str] = field(default_factory=dict)
 
@@ -206,10 +208,13 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
         # %%trows: the trigger table's rows of this trigger's group and window
         for i, name in enumerate(stream.group_columns, start=1):
             scope.trigger_join.append(f"{scope.columns[name][0]} <=> __trig.__g{i}")
+        assert scope.pk is not None
         if stream.window_label is not None:
-            assert scope.pk is not None
             scope.trows_label = stream.window_label(scope.pk.removeprefix("d."))
             scope.trigger_join.append("d.__tw = __trig._twstart")
+        else:  # row windows: from the first row to the last row, both included
+            scope.trigger_join += [f"{scope.pk} >= __trig._twstart", f"{scope.pk} <= __trig._twend"]
+        scope.trows_filter = stream.trows_filter
         return scope
     raise _error("joins are not supported yet in queries; query one table or a subquery", select)
 
@@ -248,6 +253,8 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
             "_wduration": f"CAST({interval} AS BIGINT)",
         }
     where_sql = render.condition(select.where) if select.where is not None else None
+    if scope.trows_filter is not None:
+        scope.trigger_join.append(render.condition(scope.trows_filter))
     group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
     if window is not None:
         group_keys.append("d.__qw")

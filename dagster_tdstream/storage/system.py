@@ -1,0 +1,118 @@
+"""``information_schema``: the catalog as tables.
+
+Owns the system tables TDengine users query — ``ins_databases``, ``ins_stables``,
+``ins_tables``, ``ins_streams`` — built from the catalog as Arrow tables with TDengine's
+column names (timestamps as epoch milliseconds). ``SHOW …`` statements and SELECTs over
+``information_schema.*`` both read them. Reads only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from ..errors import CatalogError
+from ..sql.ast import ColumnDef, DataType
+from .warehouse import Warehouse
+
+SYSTEM_DB = "information_schema"
+
+TS, INT, BIGINT = DataType("TIMESTAMP"), DataType("INT"), DataType("BIGINT")
+
+
+def _name(length: int = 192) -> DataType:
+    return DataType("VARCHAR", length)
+
+
+_SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
+    "ins_databases": (
+        ColumnDef("name", _name()), ColumnDef("create_time", TS), ColumnDef("vgroups", INT),
+        ColumnDef("precision", _name(2)), ColumnDef("keep", _name(64)),
+    ),
+    "ins_stables": (
+        ColumnDef("stable_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
+        ColumnDef("columns", INT), ColumnDef("tags", INT),
+    ),
+    "ins_tables": (
+        ColumnDef("table_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
+        ColumnDef("columns", INT), ColumnDef("stable_name", _name()), ColumnDef("uid", BIGINT),
+        ColumnDef("type", _name(21)),
+    ),
+    "ins_streams": (
+        ColumnDef("stream_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
+        ColumnDef("sql", _name(65535)), ColumnDef("status", _name(20)), ColumnDef("pending_triggers", BIGINT),
+    ),
+}  # fmt: skip
+
+
+def system_schema(name: str) -> tuple[ColumnDef, ...]:
+    schema = _SCHEMAS.get(name)
+    if schema is None:
+        raise CatalogError(f"table {SYSTEM_DB}.{name} does not exist (system tables: {', '.join(_SCHEMAS)})")
+    return schema
+
+
+def system_table(warehouse: Warehouse, name: str, db: str | None = None) -> pa.Table:
+    """The rows of a system table; ``db`` narrows per-database tables (SHOW … in a db)."""
+    schema = system_schema(name)
+    rows = _ROWS[name](warehouse, db)
+    columns = {}
+    for i, col in enumerate(schema):
+        values = [row[i] for row in rows]
+        arrow = (
+            pa.int64() if col.type.name in ("TIMESTAMP", "BIGINT") else pa.int32() if col.type == INT else pa.string()
+        )
+        columns[col.name] = pa.array(values, arrow)
+    return pa.table(columns)
+
+
+def _databases(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    return [
+        [d.name, d.created_at, int(d.options.get("VGROUPS", "2")), d.precision, d.options.get("KEEP")]
+        for d in warehouse.catalog.list_databases()
+        if db is None or d.name == db
+    ]
+
+
+def _dbs(warehouse: Warehouse, db: str | None) -> list[str]:
+    return [db] if db is not None else [d.name for d in warehouse.catalog.list_databases()]
+
+
+def _stables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    return [
+        [t.name, t.db, t.created_at, len(t.columns), len(t.tags)]
+        for name in _dbs(warehouse, db)
+        for t in warehouse.catalog.list_tables(name, ["super"])
+    ]
+
+
+def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    return [
+        [
+            t.name,
+            t.db,
+            t.created_at,
+            len(t.columns),
+            t.stable,
+            t.uid,
+            "CHILD_TABLE" if t.kind == "child" else "NORMAL_TABLE",
+        ]
+        for name in _dbs(warehouse, db)
+        for t in warehouse.catalog.list_tables(name, ["child", "normal"])
+    ]
+
+
+def _streams(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    return [
+        [s.name, s.db, s.created_at, s.sql, s.status, warehouse.catalog.count_pending(s.key)]
+        for s in warehouse.catalog.list_streams(db)
+    ]
+
+
+_ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {
+    "ins_databases": _databases,
+    "ins_stables": _stables,
+    "ins_tables": _tables,
+    "ins_streams": _streams,
+}

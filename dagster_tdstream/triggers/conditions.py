@@ -1,0 +1,107 @@
+"""Row conditions evaluated in Python: EVENT_WINDOW start/end conditions and PRE_FILTER.
+
+Owns SQL's three-valued logic over one row (a dict of column and tag values): comparisons,
+arithmetic, AND/OR/NOT, IS [NOT] NULL, [NOT] IN, [NOT] BETWEEN, LIKE, a few scalar
+functions. A NULL comparison is unknown, and unknown is not true. No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..sql import ast
+
+
+class ConditionError(ValueError):
+    """The condition uses something this evaluator does not know."""
+
+
+def holds(expr: ast.Expr, row: Mapping[str, Any]) -> bool:
+    """Whether the condition is true for the row (unknown counts as false)."""
+    return _eval(expr, row) is True
+
+
+def _eval(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
+    if isinstance(expr, ast.Literal):
+        return expr.value
+    if isinstance(expr, ast.Column):
+        name = expr.name.lower()
+        if name not in row:
+            raise ConditionError(f"unknown column {expr.name} in a trigger condition")
+        return row[name]
+    if isinstance(expr, ast.Unary):
+        value = _eval(expr.operand, row)
+        if expr.op == "NOT":
+            return None if value is None else not value
+        if value is None:
+            return None
+        return -value if expr.op == "-" else ~int(value)
+    if isinstance(expr, ast.Binary):
+        return _binary(expr, row)
+    if isinstance(expr, ast.IsNull):
+        return (_eval(expr.operand, row) is None) != expr.negated
+    if isinstance(expr, ast.Between):
+        value, low, high = (_eval(e, row) for e in (expr.operand, expr.low, expr.high))
+        if None in (value, low, high):
+            return None
+        return (low <= value <= high) != expr.negated
+    if isinstance(expr, ast.InList):
+        value = _eval(expr.operand, row)
+        if value is None:
+            return None
+        return (value in [_eval(i, row) for i in expr.items]) != expr.negated
+    if isinstance(expr, ast.Func):
+        args = [_eval(a, row) for a in expr.args]
+        if expr.name == "abs" and len(args) == 1:
+            return None if args[0] is None else abs(args[0])
+        if expr.name in ("lower", "upper") and len(args) == 1:
+            return None if args[0] is None else getattr(str(args[0]), expr.name)()
+        if expr.name == "length" and len(args) == 1:
+            return None if args[0] is None else len(str(args[0]).encode())
+    raise ConditionError(f"{type(expr).__name__} is not supported in trigger conditions")
+
+
+def _binary(expr: ast.Binary, row: Mapping[str, Any]) -> Any:
+    op = expr.op
+    if op in ("AND", "OR"):
+        left, right = _eval(expr.left, row), _eval(expr.right, row)
+        if op == "AND":
+            if left is False or right is False:
+                return False
+            return None if None in (left, right) else True
+        if left is True or right is True:
+            return True
+        return None if None in (left, right) else False
+    left, right = _eval(expr.left, row), _eval(expr.right, row)
+    if left is None or right is None:
+        return None
+    if op == "=":
+        return left == right
+    if op == "<>":
+        return left != right
+    if op == "<":
+        return left < right
+    if op == "<=":
+        return left <= right
+    if op == ">":
+        return left > right
+    if op == ">=":
+        return left >= right
+    if op == "+":
+        return left + right
+    if op == "-":
+        return left - right
+    if op == "*":
+        return left * right
+    if op == "/":
+        return None if right == 0 else left / right
+    if op == "%":
+        return None if right == 0 else left % right
+    if op == "LIKE":
+        pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(right))
+        return re.fullmatch(pattern, str(left), re.S) is not None
+    if op in ("MATCH", "NMATCH"):
+        return (re.search(str(right), str(left)) is not None) == (op == "MATCH")
+    raise ConditionError(f"operator {op} is not supported in trigger conditions")

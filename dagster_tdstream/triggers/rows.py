@@ -1,0 +1,165 @@
+"""Row windows: STATE_WINDOW, SESSION, EVENT_WINDOW and COUNT_WINDOW, per group, in time order.
+
+A row window spans rows, so its end is the timestamp of its last row (``_twend`` inclusive,
+as TDengine's tests pin down) and it closes on a row: the first row of another state (that
+row opens the next window), a row beyond the session gap, the row meeting the end condition
+(included), the n-th counted row. TRUE_FOR keeps windows whose last-minus-first timestamp is
+at least the duration (inclusive). Rows arriving out of order are reported through
+``RowState.late_from``: the tick re-derives the group's windows from the table (see tick.py);
+COUNT_WINDOW ignores disorder, as TDengine does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sql import ast
+from .conditions import holds
+from .engine import WINDOW_CLOSE, WINDOW_OPEN, Fired
+
+
+@dataclass(frozen=True)
+class RowChange:
+    ts: int
+    kind: str  # insert | update | delete
+    values: dict[str, Any]
+
+
+@dataclass
+class RowState:
+    open: bool = False
+    start: int = 0
+    last: int = 0
+    count: int = 0
+    key: Any = None  # the open window's state value / start condition index
+    prev: Any = None  # the previous window's state value (notifications' prevState)
+    max_ts: int | None = None
+    counted: int = 0  # COUNT_WINDOW: counted rows so far
+    recent: list[int] = field(default_factory=list)  # COUNT_WINDOW: timestamps of the last n counted rows
+    late_from: int | None = None  # smallest out-of-order timestamp seen in this call
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k != "late_from"}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RowState:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class RowWindowTrigger:
+    """Shared machinery: time order, disorder detection, TRUE_FOR, open/close events."""
+
+    true_for: int | None = None
+    events: tuple[str, ...] = (WINDOW_CLOSE,)
+    ignore_disorder: bool = False
+
+    def advance(self, state: RowState, changes: Iterable[RowChange]) -> list[Fired]:
+        fired: list[Fired] = []
+        state.late_from = None
+        for change in changes:
+            if change.kind == "delete":
+                continue
+            if state.max_ts is not None and change.ts <= state.max_ts:
+                if not self.ignore_disorder and self.recalculates:
+                    state.late_from = change.ts if state.late_from is None else min(state.late_from, change.ts)
+                continue
+            state.max_ts = change.ts
+            self.step(state, change, fired)
+        return fired
+
+    recalculates = True
+
+    def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def open(self, state: RowState, change: RowChange, key: Any, fired: list[Fired], detail: dict[str, Any]) -> None:
+        state.open, state.start, state.last, state.count, state.key = True, change.ts, change.ts, 1, key
+        if WINDOW_OPEN in self.events:
+            fired.append(Fired(WINDOW_OPEN, change.ts, change.ts, 0, detail))
+
+    def close(self, state: RowState, fired: list[Fired], detail: dict[str, Any]) -> None:
+        state.open = False
+        if WINDOW_CLOSE in self.events and (self.true_for is None or state.last - state.start >= self.true_for):
+            fired.append(Fired(WINDOW_CLOSE, state.start, state.last, state.count, detail))
+
+
+@dataclass(frozen=True)
+class StateTrigger(RowWindowTrigger):
+    column: str = ""
+
+    def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
+        value = change.values.get(self.column)
+        if value is None:  # a NULL state changes nothing; it stays in an open window
+            if state.open:
+                state.last, state.count = change.ts, state.count + 1
+            return
+        if state.open and value == state.key:
+            state.last, state.count = change.ts, state.count + 1
+            return
+        if state.open:
+            self.close(state, fired, {"curState": state.key, "nextState": value})
+            state.prev = state.key
+        self.open(state, change, value, fired, {"prevState": state.prev, "curState": value})
+
+
+@dataclass(frozen=True)
+class SessionTrigger(RowWindowTrigger):
+    gap: int = 0
+
+    def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
+        if state.open and change.ts - state.last <= self.gap:
+            state.last, state.count = change.ts, state.count + 1
+            return
+        if state.open:
+            self.close(state, fired, {})
+        self.open(state, change, None, fired, {})
+
+
+@dataclass(frozen=True)
+class EventTrigger(RowWindowTrigger):
+    starts: tuple[ast.Expr, ...] = ()
+    ends: tuple[ast.Expr, ...] = ()
+    condition_columns: tuple[str, ...] = ()
+
+    def _fields(self, change: RowChange) -> dict[str, Any]:
+        return {name: change.values.get(name) for name in self.condition_columns}
+
+    def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
+        if state.open and not self.ends and not any(holds(c, change.values) for c in self.starts):
+            # START WITH (c1, c2, …) without END WITH: the window lasts while a start condition holds
+            self.close(state, fired, {"conditionIndex": state.key})
+        if not state.open:
+            index = next((i for i, c in enumerate(self.starts) if holds(c, change.values)), None)
+            if index is None:
+                return  # rows outside any window are not part of the stream's windows
+            self.open(state, change, index, fired, {"conditionIndex": index, "fieldValue": self._fields(change)})
+        else:
+            state.last, state.count = change.ts, state.count + 1
+        end = next((i for i, c in enumerate(self.ends) if holds(c, change.values)), None)
+        if end is not None:  # the row meeting the end condition closes (and belongs to) the window
+            self.close(state, fired, {"conditionIndex": end, "fieldValue": self._fields(change)})
+
+
+@dataclass(frozen=True)
+class CountTrigger(RowWindowTrigger):
+    size: int = 1
+    slide: int = 1
+    columns: tuple[str, ...] = ()
+    recalculates = False  # TDengine ignores disorder, updates and deletes for COUNT_WINDOW
+
+    def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
+        if self.columns and all(change.values.get(c) is None for c in self.columns):
+            return  # only rows with a value in a listed column count
+        index = state.counted
+        state.counted += 1
+        state.recent = [*state.recent, change.ts][-self.size :]
+        if index % self.slide == 0 and WINDOW_OPEN in self.events:
+            fired.append(Fired(WINDOW_OPEN, change.ts, change.ts, 0, {}))
+        first = index + 1 - self.size
+        if first >= 0 and first % self.slide == 0 and WINDOW_CLOSE in self.events:
+            # a sliding count window is written only when full
+            fired.append(Fired(WINDOW_CLOSE, state.recent[0], change.ts, self.size, {}))
