@@ -78,12 +78,6 @@ def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo) -> Any:
     return data.join(F.broadcast(tags), "tbname", "inner")
 
 
-def F_lit(value: Any) -> Any:  # noqa: N802 - mirrors pyspark's F.lit
-    from pyspark.sql import functions as F
-
-    return F.lit(value)
-
-
 class SparkViews:
     """Temporary Spark views of warehouse tables for one query or one stream run: each table
     is registered once, under a name unique to this object, and dropped by ``close``."""
@@ -115,7 +109,9 @@ class SparkViews:
                 else (self.spark.createDataFrame([], spark_schema(data.schema)))
             )
             view = f"__tds_{next(self._counter)}"
-            frame.withColumn("tbname", F_lit(name)).createOrReplaceTempView(view)
+            from pyspark.sql import functions as F
+
+            frame.withColumn("tbname", F.lit(name)).createOrReplaceTempView(view)
             self._views[key] = SourceTable(key, view, "normal", schema, (), "ms")
         return self._views[key]
 
