@@ -1,0 +1,115 @@
+"""STATE, SESSION, EVENT and COUNT windows: the engine's windows by hand, and streams end to
+end (out-of-order rows re-derive windows; PRE_FILTER; information_schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from dagster_tdstream import Session, StreamHarness, Warehouse
+from dagster_tdstream.sql import ast
+from dagster_tdstream.sql.parser import parse_statement
+from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_OPEN
+from dagster_tdstream.triggers.rows import CountTrigger, EventTrigger, RowChange, RowState, SessionTrigger, StateTrigger
+
+T = 1_700_000_000_000
+
+
+def rows(*values: tuple[int, dict[str, Any]]) -> list[RowChange]:
+    return [RowChange(ts, "insert", v) for ts, v in values]
+
+
+def closes(trigger: Any, changes: list[RowChange]) -> list[tuple[int, int, int]]:
+    return [(f.start, f.end, f.row_count) for f in trigger.advance(RowState(), changes) if f.event == WINDOW_CLOSE]
+
+
+def condition(sql: str) -> ast.Expr:
+    stmt = parse_statement(f"select 1 from t where {sql}")
+    assert isinstance(stmt, ast.Query) and stmt.select.where is not None
+    return stmt.select.where
+
+
+def test_state_windows_close_on_the_next_state_and_true_for_is_inclusive() -> None:
+    data = rows(*((t, {"s": s}) for t, s in [(0, 1), (1, 1), (2, None), (3, 2), (8, 2), (9, 3), (10, 1)]))
+    assert closes(StateTrigger(column="s"), data) == [(0, 2, 3), (3, 8, 2), (9, 9, 1)]
+    assert closes(StateTrigger(column="s", true_for=5), data) == [(3, 8, 2)]
+    fired = StateTrigger(column="s", events=(WINDOW_OPEN, WINDOW_CLOSE)).advance(RowState(), data[:4])
+    assert [(f.event, f.start, f.detail) for f in fired] == [
+        (WINDOW_OPEN, 0, {"prevState": None, "curState": 1}),
+        (WINDOW_CLOSE, 0, {"curState": 1, "nextState": 2}),
+        (WINDOW_OPEN, 3, {"prevState": 1, "curState": 2}),
+    ]
+
+
+def test_session_windows_split_on_gaps_larger_than_the_gap() -> None:
+    data = rows(*((t, {}) for t in (0, 5, 10, 21, 30, 45)))
+    assert closes(SessionTrigger(gap=10), data) == [(0, 10, 3), (21, 30, 2)]
+
+
+def test_event_windows_one_row_windows_and_condition_lists() -> None:
+    trigger = EventTrigger(starts=(condition("v >= 5"),), ends=(condition("v < 10 and w = 8"),))
+    data = rows(
+        *((t, {"v": v, "w": w}) for t, v, w in [(0, 1, 0), (2, 6, 8), (3, 7, 0), (4, 12, 0), (6, 9, 8), (7, 3, 0)])
+    )
+    # the row at 2 meets both conditions: a window of its own; [3..6] closes on the end row
+    assert closes(trigger, data) == [(2, 2, 1), (3, 6, 3)]
+    listed = EventTrigger(starts=(condition("v >= 90"), condition("v >= 60")))
+    fired = listed.advance(RowState(), rows((0, {"v": 70}), (1, {"v": 95}), (2, {"v": 10}), (3, {"v": 90})))
+    assert [(f.event, f.start, f.end, f.detail["conditionIndex"]) for f in fired] == [(WINDOW_CLOSE, 0, 1, 1)]
+
+
+def test_count_windows_tumbling_sliding_and_column_lists() -> None:
+    data = rows(*((t, {"c": None if t == 3 else t}) for t in range(10)))
+    assert closes(CountTrigger(size=3, slide=3), data) == [(0, 2, 3), (3, 5, 3), (6, 8, 3)]
+    # rows with NULL in every listed column do not count
+    assert closes(CountTrigger(size=3, slide=3, columns=("c",)), data) == [(0, 2, 3), (4, 6, 3), (7, 9, 3)]
+    # sliding windows are written only when full
+    assert closes(CountTrigger(size=4, slide=2), data) == [(0, 3, 4), (2, 5, 4), (4, 7, 4), (6, 9, 4)]
+
+
+def test_disorder_is_reported_not_silently_computed() -> None:
+    state = RowState()
+    trigger = StateTrigger(column="s")
+    trigger.advance(state, rows((10, {"s": 1}), (20, {"s": 2})))
+    trigger.advance(state, rows((15, {"s": 3})))
+    assert state.late_from == 15
+    ignoring = StateTrigger(column="s", ignore_disorder=True)
+    quiet = RowState()
+    ignoring.advance(quiet, rows((10, {"s": 1}), (20, {"s": 2})))
+    ignoring.advance(quiet, rows((15, {"s": 3})))
+    assert quiet.late_from is None
+
+
+def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
+    table = session.query(sql).to_arrow()
+    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
+    return list(zip(*(c.to_pylist() for c in columns), strict=True))
+
+
+@pytest.fixture
+def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
+    return StreamHarness(warehouse, timezone="UTC")
+
+
+def test_state_window_stream_with_late_row_and_pre_filter(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, s int, v int) tags (g int);"
+        "create table a using st tags (1);"
+        "create stream sw state_window(s) from st partition by tbname stream_options(pre_filter(v >= 0)) into sw_out "
+        "output_subtable(concat('sw_', tbname)) as select _twstart, _twend, count(*) n, sum(v) total from %%trows"
+    )
+    session.execute(
+        f"insert into a values ({T}, 1, 1) ({T + 1000}, 1, -50) ({T + 2000}, 1, 2) ({T + 3000}, 2, 3) ({T + 9000}, 3, 4)"
+    )
+    assert harness.run_until_idle().failures == []
+    # the row with v < 0 is filtered before the trigger and out of %%trows
+    assert output(session, "select * from sw_a") == [(T, T + 2000, 2, 3), (T + 3000, T + 3000, 1, 3)]
+    # a late row with state 2 at T+5s extends the second window; its windows are re-derived
+    session.execute(f"insert into a values ({T + 5000}, 2, 10)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from sw_a") == [(T, T + 2000, 2, 3), (T + 3000, T + 5000, 2, 13)]
+    assert session.query(
+        "select table_name, stable_name from information_schema.ins_tables where table_name like 'sw%'"
+    ).rows == [("sw_a", "sw_out")]
