@@ -27,7 +27,7 @@ from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_type
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_OPEN, WindowTrigger
+from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, WindowTrigger
 from ..triggers.plan import trigger_for, window_trigger_for
 from ..triggers.tick import group_identity
 from .output import Group, group_of, write_results
@@ -68,7 +68,7 @@ def compute_triggers(
     """Evaluate ``triggers`` (queue rows) with the stream's query and write the results."""
     query = stream.stmt.query
     assert query is not None
-    computable = [t for t in triggers if t["event"] in (WINDOW_CLOSE, WINDOW_OPEN, RECALC)]
+    computable = [t for t in triggers if t["event"] in (WINDOW_CLOSE, WINDOW_OPEN, RECALC, MAX_DELAY)]
     views = SparkViews(spark, warehouse, stream.db)
     try:
         triggers_view = views.register(_triggers_frame(spark, stream, computable, clock), "triggers")

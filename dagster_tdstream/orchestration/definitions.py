@@ -9,7 +9,8 @@ definitions from the warehouse's stream registry — streams created at run time
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def stream_definitions(
     streams: Iterable[StreamDefinition],
     translator: DagsterTDStreamTranslator,
     partition_grain: str | None = None,
+    clock: Callable[[], int] = time.time_ns,
 ) -> tuple[list[AssetsDefinition], list[SensorDefinition]]:
     assets, sensors = [], []
     for stream in streams:
@@ -65,7 +67,7 @@ def stream_definitions(
         assets.append(asset)
         sensors.append(
             build_trigger_sensor(
-                stream.key, asset, partitions, f"{name}__trigger", running=stream.info.status != "Stopped"
+                stream.key, asset, partitions, f"{name}__trigger", running=stream.info.status != "Stopped", clock=clock
             )
         )
     return assets, sensors

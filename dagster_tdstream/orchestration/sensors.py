@@ -10,6 +10,7 @@ is also the key of the checkpointed trigger state.
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dagster import (
@@ -70,6 +71,7 @@ def build_trigger_sensor(
     minimum_interval_seconds: int = 5,
     time_budget_seconds: float = 20.0,
     offsets_per_step: int = 50,
+    clock: Callable[[], int] = time.time_ns,
 ) -> SensorDefinition:
     @sensor(
         name=name,
@@ -94,7 +96,7 @@ def build_trigger_sensor(
         offset = cursor.offset
         try:
             while True:
-                tick = advance_stream(warehouse, stream, offset, max_offsets=offsets_per_step)
+                tick = advance_stream(warehouse, stream, offset, max_offsets=offsets_per_step, clock=clock)
                 caught_up = tick.offset == offset
                 offset = tick.offset
                 if caught_up or time.monotonic() > deadline:

@@ -53,7 +53,8 @@ class StreamHarness:
         self.log_level = log_level
         self.warehouse = warehouse
         self.instance = instance or DagsterInstance.ephemeral()
-        self.clock = clock
+        self._clock = clock
+        self.skew_ns = 0  # processing time moved forward by ``advance_clock``
         self.translator = translator or DagsterTDStreamTranslator()
         self.resources: dict[str, Any] = {
             "tdstream_warehouse": TDStreamWarehouse(
@@ -63,9 +64,19 @@ class StreamHarness:
         }
         self.cursors: dict[str, str | None] = {}
 
+    def clock(self) -> int:
+        """Processing time as the streams see it (ns)."""
+        return self._clock() + self.skew_ns
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move processing time forward, e.g. past a MAX_DELAY, without waiting."""
+        self.skew_ns += int(seconds * 1e9)
+
     def _definitions(self) -> list[tuple[AssetsDefinition, SensorDefinition]]:
         # rebuilt every round: streams created or dropped meanwhile appear or go, as on a reload
-        assets, sensors = stream_definitions(self.warehouse, load_streams(self.warehouse), self.translator)
+        assets, sensors = stream_definitions(
+            self.warehouse, load_streams(self.warehouse), self.translator, clock=self.clock
+        )
         return list(zip(assets, sensors, strict=True))
 
     def tick(self, report: HarnessReport | None = None) -> list[tuple[AssetsDefinition, RunRequest]]:

@@ -52,6 +52,10 @@ class GroupState:
     max_ts: int | None = None
     counts: dict[int, int] = field(default_factory=dict)
     opened: set[int] = field(default_factory=set)
+    # MAX_DELAY: processing time (ns) each open window's delay counts from, and the row count
+    # it was last computed with (no re-send without new rows)
+    opened_at: dict[int, int] = field(default_factory=dict)
+    delayed: dict[int, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +63,8 @@ class GroupState:
             "max_ts": self.max_ts,
             "counts": [[k, v] for k, v in sorted(self.counts.items())],
             "opened": sorted(self.opened),
+            "opened_at": [[k, v] for k, v in sorted(self.opened_at.items())],
+            "delayed": [[k, v] for k, v in sorted(self.delayed.items())],
         }
 
     @classmethod
@@ -68,6 +74,8 @@ class GroupState:
             data.get("max_ts"),
             {int(k): int(v) for k, v in data.get("counts", [])},
             set(data.get("opened", [])),
+            {int(k): int(v) for k, v in data.get("opened_at", [])},
+            {int(k): int(v) for k, v in data.get("delayed", [])},
         )
 
 
@@ -83,8 +91,26 @@ class WindowTrigger:
     ignore_nodata: bool = False
     ignore_disorder: bool = False
     events: tuple[str, ...] = (WINDOW_CLOSE,)
+    max_delay: int | None = None  # processing time, ns
 
-    def advance(self, state: GroupState, changes: Iterable[Change]) -> list[Fired]:
+    def delayed(self, state: GroupState, now: int) -> list[Fired]:
+        """MAX_DELAY: open windows (that the watermarked progress has reached) whose delay
+        passed since they opened or were last computed, and that got rows since then."""
+        if self.max_delay is None or state.max_ts is None:
+            return []
+        fired = []
+        progress = state.max_ts - self.watermark
+        for start in sorted(state.counts):
+            count = state.counts[start]
+            if start > progress or state.delayed.get(start) == count:
+                continue
+            if now - state.opened_at.setdefault(start, now) >= self.max_delay:
+                fired.append(Fired(MAX_DELAY, start, self.spec.end(start), count))
+                state.delayed[start] = count
+                state.opened_at[start] = now
+        return fired
+
+    def advance(self, state: GroupState, changes: Iterable[Change], now: int = 0) -> list[Fired]:
         fired: list[Fired] = []
         recalculated: set[int] = set()
         for change in changes:
@@ -102,6 +128,7 @@ class WindowTrigger:
                 if change.kind == "insert":
                     count = state.counts.get(start, 0) + 1
                     state.counts[start] = count
+                    state.opened_at.setdefault(start, now)
                     if count == 1 and WINDOW_OPEN in self.events and start not in state.opened:
                         state.opened.add(start)
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
@@ -122,6 +149,8 @@ class WindowTrigger:
         fired = []
         for start in starts:
             count = state.counts.pop(start, 0)
+            state.opened_at.pop(start, None)
+            state.delayed.pop(start, None)
             if WINDOW_OPEN in self.events and start not in state.opened:
                 fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
             if WINDOW_CLOSE in self.events:

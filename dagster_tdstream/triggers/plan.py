@@ -20,7 +20,6 @@ _NOT_BUILT_OPTIONS = {
     "DELETE_RECALC": "DELETE_RECALC",
     "DELETE_OUTPUT_TABLE": "DELETE_OUTPUT_TABLE",
     "FORCE_OUTPUT": "FORCE_OUTPUT",
-    "MAX_DELAY": "MAX_DELAY (processing-time firing of open windows)",
     "CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY",
 }
 
@@ -55,6 +54,8 @@ def trigger_for(stmt: ast.CreateStream, precision: str) -> Trigger:
     event_type = stmt.option("EVENT_TYPE")
     events = event_type.event_types if event_type else (WINDOW_CLOSE,)
     ignore_disorder = stmt.option("IGNORE_DISORDER") is not None
+    max_delay_option = stmt.option("MAX_DELAY")
+    max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
     if isinstance(trigger, ast.SlidingTrigger):
         spec = IntervalSpec.from_durations(trigger.interval, trigger.sliding, trigger.interval_offset, precision)
         watermark = stmt.option("WATERMARK")
@@ -64,11 +65,12 @@ def trigger_for(stmt: ast.CreateStream, precision: str) -> Trigger:
             ignore_nodata=stmt.option("IGNORE_NODATA_TRIGGER") is not None,
             ignore_disorder=ignore_disorder,
             events=events,
+            max_delay=max_delay,
         )
     true_for = None
     if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:
         true_for = trigger.true_for.in_precision(precision)
-    common = {"true_for": true_for, "events": events, "ignore_disorder": ignore_disorder}
+    common = {"true_for": true_for, "events": events, "ignore_disorder": ignore_disorder, "max_delay": max_delay}
     if isinstance(trigger, ast.StateTrigger):
         if not isinstance(trigger.expr, ast.Column):
             raise TriggerNotBuiltError("not built yet: STATE_WINDOW over an expression")

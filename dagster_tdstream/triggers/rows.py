@@ -17,7 +17,7 @@ from typing import Any
 
 from ..sql import ast
 from .conditions import holds
-from .engine import WINDOW_CLOSE, WINDOW_OPEN, Fired
+from .engine import MAX_DELAY, WINDOW_CLOSE, WINDOW_OPEN, Fired
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,13 @@ class RowState:
     max_ts: int | None = None
     counted: int = 0  # COUNT_WINDOW: counted rows so far
     recent: list[int] = field(default_factory=list)  # COUNT_WINDOW: timestamps of the last n counted rows
+    opened_at: int = 0  # MAX_DELAY: processing time (ns) the delay counts from
+    delayed_count: int = 0  # MAX_DELAY: the row count the open window was last computed with
     late_from: int | None = None  # smallest out-of-order timestamp seen in this call
+    now: int = 0  # processing time of this call
 
     def to_json(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "late_from"}
-        return data
+        return {k: v for k, v in self.__dict__.items() if k not in ("late_from", "now")}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RowState:
@@ -56,10 +58,21 @@ class RowWindowTrigger:
     true_for: int | None = None
     events: tuple[str, ...] = (WINDOW_CLOSE,)
     ignore_disorder: bool = False
+    max_delay: int | None = None  # processing time, ns
 
-    def advance(self, state: RowState, changes: Iterable[RowChange]) -> list[Fired]:
+    def delayed(self, state: RowState, now: int) -> list[Fired]:
+        """MAX_DELAY: the open window, when its delay passed and it got rows since it was last
+        computed (TRUE_FOR does not hold it back, as TDengine documents)."""
+        if self.max_delay is None or not state.open or state.count == state.delayed_count:
+            return []
+        if now - state.opened_at < self.max_delay:
+            return []
+        state.delayed_count, state.opened_at = state.count, now
+        return [Fired(MAX_DELAY, state.start, state.last, state.count, {})]
+
+    def advance(self, state: RowState, changes: Iterable[RowChange], now: int = 0) -> list[Fired]:
         fired: list[Fired] = []
-        state.late_from = None
+        state.late_from, state.now = None, now
         for change in changes:
             if change.kind == "delete":
                 continue
@@ -78,6 +91,7 @@ class RowWindowTrigger:
 
     def open(self, state: RowState, change: RowChange, key: Any, fired: list[Fired], detail: dict[str, Any]) -> None:
         state.open, state.start, state.last, state.count, state.key = True, change.ts, change.ts, 1, key
+        state.opened_at, state.delayed_count = state.now, 0
         if WINDOW_OPEN in self.events:
             fired.append(Fired(WINDOW_OPEN, change.ts, change.ts, 0, detail))
 

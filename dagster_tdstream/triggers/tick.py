@@ -75,28 +75,40 @@ def advance_stream(
     catalog = warehouse.catalog
     first = stream.info.start_offset if last_offset is None else last_offset + 1
     current = warehouse.delta.version(table.db, table.storage_name)
-    if current < first:
+    if current < first and trigger.max_delay is None:
         return TickResult(first - 1, first, 0, catalog.count_pending(stream.key), 0)
-    end = min(current, first + max_offsets - 1)
+    # with MAX_DELAY a tick without new WAL records still checks open windows' delays
+    end = max(first - 1, min(current, first + max_offsets - 1))
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
     state_type = GroupState if isinstance(trigger, WindowTrigger) else RowState
     states: dict[str, Any] = {key: state_type.from_json(value) for key, value in (saved or {}).items()}
-    feed = warehouse.delta.change_feed(table.db, table.storage_name, first, end)
+    feed = (
+        warehouse.delta.change_feed(table.db, table.storage_name, first, end)
+        if end >= first
+        else pa.table({"_change_type": pa.array([], pa.string())})
+    )
     rows = _GroupedRows(warehouse, stream, table)
     fired_at = clock()
     queued: list[dict[str, Any]] = []
-    for group_key, (values, group_id, changes) in rows.group(feed).items():
+    grouped = rows.group(feed)
+    for group_key, (values, group_id, changes) in grouped.items():
         state = states.setdefault(group_key, state_type())
         if isinstance(trigger, WindowTrigger):
-            fired = trigger.advance(state, [Change(c.ts, c.kind) for c in changes])
+            fired = trigger.advance(state, [Change(c.ts, c.kind) for c in changes], fired_at)
         else:
-            fired = trigger.advance(state, changes)
+            fired = trigger.advance(state, changes, fired_at)
             if state.late_from is not None:
                 # rows out of time order: re-derive this group's windows from the table
                 state, recalculated = _rederive(trigger, rows.all_rows(values), state.late_from)
                 states[group_key] = state
                 fired += recalculated
         queued += [_queue_row(f, values, group_id, end, fired_at) for f in fired]
+    for group_key, state in states.items():
+        delayed = trigger.delayed(state, fired_at)  # type: ignore[arg-type]
+        if delayed:
+            values = json.loads(group_key)
+            group_id = group_identity(warehouse, stream, values)
+            queued += [_queue_row(f, values, group_id, end, fired_at) for f in delayed]
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
