@@ -414,7 +414,7 @@ class Session:
         self._validate_stream(stmt)
         start_offset = self._stream_start_offset(stmt, db)
         with self.warehouse.catalog.transaction() as conn:
-            self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset)
+            self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, self.timezone.key)
         return Result(message="Create OK")
 
     def _stream_start_offset(self, stmt: ast.CreateStream, db: str) -> int:

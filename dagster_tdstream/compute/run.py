@@ -206,8 +206,11 @@ def triggers_for_range(
         pk = f"`{table.primary_key}`"
         key_list = "".join(f"{k}, " for k in keys)
         group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
-        bounds = spark.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{group_by}")
+        history = f" WHERE {pk} >= {stream.history_start}" if stream.history_start is not None else ""
+        bounds = spark.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{history}{group_by}")
         low_ts, high_ts = start - spec.interval, end + spec.interval
+        if stream.history_start is not None:
+            low_ts = max(low_ts, stream.history_start)
         windows = spark.sql(
             f"SELECT {key_list}__w, count(*) AS n FROM (SELECT *, {spec.label_sql(pk)} AS __w FROM `{view}` "
             f"WHERE {pk} >= {low_ts} AND {pk} < {high_ts}) WHERE __w >= {start} AND __w < {end} "

@@ -22,6 +22,7 @@ from dagster import (
 )
 
 from ..compute.run import compute_triggers, triggers_for_range
+from ..sql.timeunits import resolve_timezone
 from ..storage.registry import load_stream
 from .partitions import to_event_time
 from .resources import TDStreamSpark, TDStreamWarehouse
@@ -47,7 +48,8 @@ def build_stream_asset(
         warehouse = tdstream_warehouse.get()
         stream = load_stream(warehouse, stream_key)
         spark = tdstream_spark.spark_session
-        zone = tdstream_warehouse.zone()
+        # the stream's literals are read in the time zone of the session that created it
+        zone = resolve_timezone(stream.info.timezone) if stream.info.timezone else tdstream_warehouse.zone()
         metadata: dict[str, Any]
         if context.run.tags.get(MODE_TAG) == TRIGGERS_MODE:
             pending = warehouse.catalog.pending_triggers(stream.key)

@@ -98,6 +98,8 @@ streams_table = Table(
     Column("created_at", BigInteger, nullable=False),
     # the first WAL offset of the trigger table the stream reads (history starts at 0)
     Column("start_offset", Integer, nullable=False, default=0),
+    # the session time zone at CREATE: the stream's time literals are read in it
+    Column("timezone", String(64)),
 )
 
 checkpoints_table = Table(
@@ -170,6 +172,7 @@ class StreamInfo:
     status: str
     created_at: int
     start_offset: int = 0
+    timezone: str | None = None
 
     @property
     def key(self) -> str:
@@ -177,7 +180,7 @@ class StreamInfo:
 
 
 def _stream_info(row: Any) -> StreamInfo:
-    return StreamInfo(row.db, row.name, row.sql, row.status, row.created_at, row.start_offset)
+    return StreamInfo(row.db, row.name, row.sql, row.status, row.created_at, row.start_offset, row.timezone)
 
 
 def table_uid(db: str, name: str, created_at: int) -> int:
@@ -383,10 +386,18 @@ class Catalog:
 
     # ------------------------------------------------------------------ streams
 
-    def add_stream(self, conn: Connection, db: str, name: str, sql: str, start_offset: int) -> None:
+    def add_stream(
+        self, conn: Connection, db: str, name: str, sql: str, start_offset: int, timezone: str | None = None
+    ) -> None:
         conn.execute(
             insert(streams_table).values(
-                db=db, name=name, sql=sql, status="Running", created_at=_now_ms(), start_offset=start_offset
+                db=db,
+                name=name,
+                sql=sql,
+                status="Running",
+                created_at=_now_ms(),
+                start_offset=start_offset,
+                timezone=timezone,
             )
         )
 

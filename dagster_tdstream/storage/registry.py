@@ -13,6 +13,7 @@ from functools import cached_property
 from ..errors import CatalogError
 from ..sql import ast
 from ..sql.parser import parse_statement
+from ..sql.timeunits import parse_timestamp, resolve_timezone
 from .catalog import StreamInfo, TableInfo
 from .warehouse import Warehouse
 
@@ -39,6 +40,19 @@ class StreamDefinition:
     @cached_property
     def group_columns(self) -> tuple[str, ...]:
         return tuple(e.name.lower() for e in self.stmt.partition_by if isinstance(e, ast.Column))
+
+    @cached_property
+    def history_start(self) -> int | None:
+        """FILL_HISTORY[_FIRST](start): rows before it never trigger (in the table's precision;
+        a string is read in the time zone of the session that created the stream)."""
+        for name in ("FILL_HISTORY", "FILL_HISTORY_FIRST"):
+            option = self.stmt.option(name)
+            if option is not None and option.start is not None:
+                if option.start.kind == "int":
+                    return int(option.start.value)  # type: ignore[call-overload]
+                zone = resolve_timezone(self.info.timezone)
+                return parse_timestamp(str(option.start.value), self.precision, zone)
+        return None
 
     @property
     def output(self) -> tuple[str, str] | None:

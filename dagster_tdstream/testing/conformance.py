@@ -27,6 +27,7 @@ from ..session import Session
 from ..sql import ast
 from ..sql.parser import parse_statement
 from ..sql.timeunits import TimeValueError
+from ..sql.tokens import split_statements
 from ..sql.validate import validate_create_stream
 from ..storage.registry import load_streams
 from ..storage.warehouse import Warehouse
@@ -141,7 +142,9 @@ def _execute(session: Session, sql: str, where: str) -> None:
 
 
 def _check(session: Session, check: dict[str, Any]) -> None:
-    query = check["query"].strip().rstrip(";")
+    # transcribed queries sometimes carry a remark after the statement ("…; (each database)")
+    parts = split_statements(check["query"])
+    query = parts[0].text if parts else check["query"]
     label = f"after {check.get('after_phase')}: {query[:80]}"
     schema_of = re.match(r"(?i)^schema of (.+)$", query)
     if schema_of:

@@ -37,8 +37,6 @@ def not_built(stmt: ast.CreateStream) -> list[str]:
     for opt in stmt.options:
         if opt.name in _NOT_BUILT_OPTIONS:
             missing.append(_NOT_BUILT_OPTIONS[opt.name])
-        if opt.name in ("FILL_HISTORY", "FILL_HISTORY_FIRST") and opt.start is not None:
-            missing.append(f"{opt.name} with a start time")
     if stmt.notification is not None:
         missing.append("NOTIFY (notifications)")
     if stmt.query is None:

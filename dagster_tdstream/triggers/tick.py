@@ -147,6 +147,7 @@ class _GroupedRows:
         self.table = table
         pre_filter = stream.stmt.option("PRE_FILTER")
         self.pre_filter = pre_filter.expr if pre_filter is not None else None
+        self.history_start = stream.history_start
         self._children: dict[str, TableInfo | None] = {}
 
     def _table_of(self, tbname: str) -> TableInfo | None:
@@ -167,6 +168,12 @@ class _GroupedRows:
     def _group_values(self, values: dict[str, Any]) -> list[Any]:
         return [values.get(column) for column in self.stream.group_columns]
 
+    def _enters(self, ts: int, values: dict[str, Any]) -> bool:
+        """Whether a row reaches the trigger: not before FILL_HISTORY's start, PRE_FILTER true."""
+        if self.history_start is not None and ts < self.history_start:
+            return False
+        return self.pre_filter is None or holds(self.pre_filter, values)
+
     def group(self, feed: pa.Table) -> dict[str, tuple[list[Any], int, list[RowChange]]]:
         """WAL records per group, in commit order and time order inside a commit: group key →
         (group values, group id, changes)."""
@@ -182,7 +189,7 @@ class _GroupedRows:
             if kind is None or (self.table.kind == "child" and tbname != self.table.name):
                 continue
             values = self._values(record, tbname)
-            if kind != "delete" and self.pre_filter is not None and not holds(self.pre_filter, values):
+            if not self._enters(record[pk], values) and kind != "delete":
                 continue
             group_values = self._group_values(values)
             key = json.dumps(group_values, default=str)
@@ -198,7 +205,7 @@ class _GroupedRows:
         groups: dict[str, tuple[list[Any], list[RowChange]]] = {}
         for record in sorted(data, key=lambda r: r[pk]):
             values = self._values(record, record.get("tbname") or self.table.name)
-            if self.pre_filter is not None and not holds(self.pre_filter, values):
+            if not self._enters(record[pk], values):
                 continue
             group_values = self._group_values(values)
             key = json.dumps(group_values, default=str)
