@@ -28,7 +28,8 @@ from ..storage.spark_read import SparkViews, spark_type
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, WindowTrigger
-from ..triggers.plan import trigger_for, window_trigger_for
+from ..triggers.plan import stream_trigger
+from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity
 from .output import Group, group_of, write_results
 
@@ -68,12 +69,12 @@ def compute_triggers(
     """Evaluate ``triggers`` (queue rows) with the stream's query and write the results."""
     query = stream.stmt.query
     assert query is not None
-    computable = [t for t in triggers if t["event"] in (WINDOW_CLOSE, WINDOW_OPEN, RECALC, MAX_DELAY)]
+    computable = [t for t in triggers if t["event"] in (WINDOW_CLOSE, WINDOW_OPEN, RECALC, MAX_DELAY, ON_TIME)]
     views = SparkViews(spark, warehouse, stream.db)
     try:
         triggers_view = views.register(_triggers_frame(spark, stream, computable, clock), "triggers")
         trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
-        trigger = trigger_for(stream.stmt, stream.precision)
+        trigger = stream_trigger(stream)
         label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
         pre_filter = stream.stmt.option("PRE_FILTER")
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
@@ -87,6 +88,7 @@ def compute_triggers(
             group_columns=stream.group_columns,
             window_label=label,
             trows_filter=pre_filter.expr if pre_filter is not None else None,
+            point_rows=isinstance(trigger, SlidingPointTrigger),
         )
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
@@ -149,6 +151,16 @@ def _triggers_frame(
     rows = []
     for t in triggers:
         group = group_of(t)
+        if t["event"] == ON_TIME:  # a time point: _tcurrent_ts and its neighbours, no window
+            detail = json.loads(t.get("detail") or "{}")
+            rows.append(
+                (
+                    int(t["id"]), None, None, None, t["row_count"], group.group_id, int(t.get("fired_at") or now),
+                    None, None, t["wstart"], detail.get("prev"), detail.get("next"),
+                    str(group.values[tbname_index]) if tbname_index is not None else None, *group.values,
+                )
+            )  # fmt: skip
+            continue
         closing = t["event"] != WINDOW_OPEN
         start, end = t["wstart"], t["wend"]
         rows.append(
@@ -193,9 +205,9 @@ def triggers_for_range(
     table's current data with the window spec the sensor uses: windows with rows, plus the
     empty ones a group has passed unless IGNORE_NODATA_TRIGGER, closed ones only (end at or
     before the group's newest row less the watermark)."""
-    if not isinstance(trigger_for(stream.stmt, stream.precision), WindowTrigger):
+    trigger = stream_trigger(stream)
+    if not isinstance(trigger, WindowTrigger):
         return _row_windows_for_range(warehouse, stream, start, end)
-    trigger = window_trigger_for(stream.stmt, stream.precision)
     spec = trigger.spec
     table = stream.trigger_table
     assert table is not None
@@ -258,17 +270,16 @@ def _row_windows_for_range(
 ) -> list[dict[str, Any]]:
     """Row windows (STATE/SESSION/EVENT/COUNT) starting in [start, end): each group's rows are
     replayed through the same trigger the sensor runs, from the group's first row."""
-    from ..triggers.rows import RowState
     from ..triggers.tick import rows_by_group
 
-    trigger = trigger_for(stream.stmt, stream.precision)
+    trigger = stream_trigger(stream)
     triggers: list[dict[str, Any]] = []
     for values, group_id, rows in rows_by_group(warehouse, stream):
-        for fired in trigger.advance(RowState(), rows):
-            if fired.event == WINDOW_CLOSE and start <= fired.start < end:
+        for fired in trigger.advance(trigger.new_state(), rows):  # type: ignore[arg-type]
+            if fired.event in (WINDOW_CLOSE, ON_TIME) and start <= fired.start < end:
                 triggers.append(
                     {
-                        "id": len(triggers), "trigger_id": f"{group_id}:{fired.start}", "event": WINDOW_CLOSE,
+                        "id": len(triggers), "trigger_id": f"{group_id}:{fired.start}", "event": fired.event,
                         "group_id": group_id, "group_values": json.dumps(values, default=str),
                         "wstart": fired.start, "wend": fired.end, "row_count": fired.row_count,
                         "detail": json.dumps(fired.detail, default=str), "offset": -1, "fired_at": time.time_ns(),

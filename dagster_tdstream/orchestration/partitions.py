@@ -16,7 +16,8 @@ from ..sql.timeunits import PRECISIONS
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WindowTrigger
-from ..triggers.plan import not_built, trigger_for
+from ..triggers.plan import not_built, stream_trigger
+from ..triggers.sliding import SlidingPointTrigger
 
 HOURLY, DAILY = "hourly", "daily"
 _FORMATS = {HOURLY: "%Y-%m-%d-%H:%M", DAILY: "%Y-%m-%d"}
@@ -29,10 +30,14 @@ def partition_grain(stream: StreamDefinition) -> str:
     length, so the coarser bucket keeps the partition count low)."""
     if not_built(stream.stmt):
         return DAILY
-    trigger = trigger_for(stream.stmt, stream.precision)
-    if not isinstance(trigger, WindowTrigger):
+    trigger = stream_trigger(stream)
+    if isinstance(trigger, SlidingPointTrigger):
+        length = trigger.spec.step
+    elif isinstance(trigger, WindowTrigger):
+        length = trigger.spec.interval
+    else:
         return DAILY
-    return HOURLY if trigger.spec.interval * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
+    return HOURLY if length * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
 
 
 def earliest_event_time(warehouse: Warehouse, stream: StreamDefinition) -> datetime:

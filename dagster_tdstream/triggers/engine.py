@@ -93,6 +93,10 @@ class WindowTrigger:
     events: tuple[str, ...] = (WINDOW_CLOSE,)
     max_delay: int | None = None  # processing time, ns
 
+    @staticmethod
+    def new_state() -> GroupState:
+        return GroupState()
+
     def delayed(self, state: GroupState, now: int) -> list[Fired]:
         """MAX_DELAY: open windows (that the watermarked progress has reached) whose delay
         passed since they opened or were last computed, and that got rows since then."""

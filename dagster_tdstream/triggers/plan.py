@@ -9,9 +9,12 @@ computing something else.
 from __future__ import annotations
 
 from ..sql import ast
+from ..sql.timeunits import resolve_timezone
 from ..sql.walk import walk
+from ..storage.registry import StreamDefinition
 from .engine import WINDOW_CLOSE, TriggerNotBuiltError, WindowTrigger
 from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
+from .sliding import PointSpec, SlidingPointTrigger
 from .windows import IntervalSpec
 
 # options the trigger engine does not evaluate yet; a stream using one is not run
@@ -23,14 +26,14 @@ _NOT_BUILT_OPTIONS = {
     "CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY",
 }
 
-Trigger = WindowTrigger | RowWindowTrigger
+Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger
 
 
 def not_built(stmt: ast.CreateStream) -> list[str]:
     """What the stream needs that this build does not evaluate yet (empty: it runs)."""
     missing = []
     trigger = stmt.trigger
-    if isinstance(trigger, ast.PeriodTrigger) or (isinstance(trigger, ast.SlidingTrigger) and trigger.interval is None):
+    if isinstance(trigger, ast.PeriodTrigger):
         missing.append(f"the {trigger.kind} trigger")
     elif isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
         missing.append("calendar INTERVAL units (n, y) in triggers")
@@ -44,7 +47,7 @@ def not_built(stmt: ast.CreateStream) -> list[str]:
     return missing
 
 
-def trigger_for(stmt: ast.CreateStream, precision: str) -> Trigger:
+def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = None) -> Trigger:
     missing = not_built(stmt)
     if missing:
         raise TriggerNotBuiltError("not built yet: " + ", ".join(missing))
@@ -54,6 +57,10 @@ def trigger_for(stmt: ast.CreateStream, precision: str) -> Trigger:
     ignore_disorder = stmt.option("IGNORE_DISORDER") is not None
     max_delay_option = stmt.option("MAX_DELAY")
     max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
+    if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is None:
+        offset = trigger.sliding_offset.in_precision(precision) if trigger.sliding_offset else 0
+        points = PointSpec(trigger.sliding.in_precision(precision), offset, precision, resolve_timezone(timezone))
+        return SlidingPointTrigger(points, ignore_nodata=stmt.option("IGNORE_NODATA_TRIGGER") is not None)
     if isinstance(trigger, ast.SlidingTrigger):
         spec = IntervalSpec.from_durations(trigger.interval, trigger.sliding, trigger.interval_offset, precision)
         watermark = stmt.option("WATERMARK")
@@ -91,9 +98,6 @@ def trigger_for(stmt: ast.CreateStream, precision: str) -> Trigger:
     )
 
 
-def window_trigger_for(stmt: ast.CreateStream, precision: str) -> WindowTrigger:
-    """The INTERVAL trigger of a stream (for callers that need its window spec)."""
-    trigger = trigger_for(stmt, precision)
-    if not isinstance(trigger, WindowTrigger):
-        raise TriggerNotBuiltError(f"{stmt.trigger.kind} has no interval windows")
-    return trigger
+def stream_trigger(stream: StreamDefinition) -> Trigger:
+    """The trigger of a registered stream (its time literals in the stream's time zone)."""
+    return trigger_for(stream.stmt, stream.precision, stream.info.timezone)

@@ -60,6 +60,10 @@ class RowWindowTrigger:
     ignore_disorder: bool = False
     max_delay: int | None = None  # processing time, ns
 
+    @staticmethod
+    def new_state() -> RowState:
+        return RowState()
+
     def delayed(self, state: RowState, now: int) -> list[Fired]:
         """MAX_DELAY: the open window, when its delay passed and it got rows since it was last
         computed (TRUE_FOR does not hold it back, as TDengine documents)."""

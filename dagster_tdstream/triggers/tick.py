@@ -26,8 +26,8 @@ from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from .conditions import holds
-from .engine import RECALC, WINDOW_CLOSE, Change, Fired, GroupState, WindowTrigger
-from .plan import trigger_for
+from .engine import RECALC, WINDOW_CLOSE, Change, Fired, WindowTrigger
+from .plan import stream_trigger
 from .rows import RowChange, RowState, RowWindowTrigger
 
 _CHANGE_KINDS = {"insert": "insert", "update_postimage": "update", "delete": "delete"}
@@ -69,7 +69,7 @@ def advance_stream(
 ) -> TickResult:
     """Process at most ``max_offsets`` WAL offsets after ``last_offset`` (None: the stream has
     processed nothing yet) and queue the triggers they fire."""
-    trigger = trigger_for(stream.stmt, stream.precision)
+    trigger = stream_trigger(stream)
     table = stream.trigger_table
     assert table is not None  # window triggers always have a trigger table
     catalog = warehouse.catalog
@@ -80,7 +80,7 @@ def advance_stream(
     # with MAX_DELAY a tick without new WAL records still checks open windows' delays
     end = max(first - 1, min(current, first + max_offsets - 1))
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
-    state_type = GroupState if isinstance(trigger, WindowTrigger) else RowState
+    state_type = type(trigger.new_state())
     states: dict[str, Any] = {key: state_type.from_json(value) for key, value in (saved or {}).items()}
     feed = (
         warehouse.delta.change_feed(table.db, table.storage_name, first, end)
@@ -97,7 +97,7 @@ def advance_stream(
             fired = trigger.advance(state, [Change(c.ts, c.kind) for c in changes], fired_at)
         else:
             fired = trigger.advance(state, changes, fired_at)
-            if state.late_from is not None:
+            if isinstance(trigger, RowWindowTrigger) and state.late_from is not None:
                 # rows out of time order: re-derive this group's windows from the table
                 state, recalculated = _rederive(trigger, rows.all_rows(values), state.late_from)
                 states[group_key] = state

@@ -82,6 +82,7 @@ class StreamScope:
     window_label: Callable[[str], str] | None  # SQL labelling a row with its trigger window start
     # PRE_FILTER: %%trows are the rows that entered the trigger
     trows_filter: ast.Expr | None = None
+    point_rows: bool = False  # SLIDING points: %%trows are the rows after the previous point
 
 
 @dataclass
@@ -212,6 +213,8 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
         if stream.window_label is not None:
             scope.trows_label = stream.window_label(scope.pk.removeprefix("d."))
             scope.trigger_join.append("d.__tw = __trig._twstart")
+        elif stream.point_rows:
+            scope.trigger_join += [f"{scope.pk} > __trig._tprev_ts", f"{scope.pk} <= __trig._tcurrent_ts"]
         else:  # row windows: from the first row to the last row, both included
             scope.trigger_join += [f"{scope.pk} >= __trig._twstart", f"{scope.pk} <= __trig._twend"]
         scope.trows_filter = stream.trows_filter
