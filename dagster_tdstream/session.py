@@ -233,8 +233,34 @@ class Session:
                 raise CatalogError(f"{info.name} is a super table: use DROP STABLE")
             infos.append(info)
         for info in infos:
+            if info.kind == "child":
+                self._drop_output_tables_of(info)
             self.warehouse.drop_table(info)
         return Result(message="Drop OK")
+
+    def _drop_output_tables_of(self, child: TableInfo) -> None:
+        """DELETE_OUTPUT_TABLE: dropping a child table of a trigger super table drops the
+        output child table of its group (streams grouped by tbname)."""
+        from .compute.output import Group, child_table_name
+        from .storage.registry import load_streams
+        from .triggers.tick import group_identity
+
+        for stream in load_streams(self.warehouse):
+            table = stream.trigger_table
+            if (
+                stream.stmt.option("DELETE_OUTPUT_TABLE") is None
+                or table is None
+                or table.kind != "super"
+                or (table.db, table.name) != (child.db, child.stable)
+                or "tbname" not in stream.group_columns
+                or stream.output is None
+            ):
+                continue
+            values = [child.name if c == "tbname" else child.tag_values.get(c) for c in stream.group_columns]
+            group = Group(tuple(values), group_identity(self.warehouse, stream, values))
+            output = self.warehouse.find_table(stream.output[0], child_table_name(stream, group))
+            if output is not None and output.kind == "child":
+                self.warehouse.drop_table(output)
 
     def _exec_altertablesettags(self, stmt: ast.AlterTableSetTags) -> Result:
         info = self.table(stmt.table)

@@ -77,3 +77,54 @@ def test_fill_history_start_skips_older_rows(warehouse: Warehouse, spark: object
     assert StreamHarness(warehouse, timezone="Asia/Shanghai").run_until_idle().failures == []
     rows = session.query("select * from fh_out").display_rows(session.timezone)
     assert rows == [["2024-01-02 00:00:00.000", 2], ["2024-01-02 00:00:02.000", 1]]
+
+
+def test_expired_time_and_delete_recalc(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream ex interval(10s) sliding(10s) from t stream_options(expired_time(15s)) into ex_out "
+        "as select _twstart, count(*) n from %%trows;"
+        "create stream dr interval(10s) sliding(10s) from t stream_options(delete_recalc) into dr_out "
+        "as select _twstart, count(*) n from %%trows;"
+        f"insert into t values ({T}, 1) ({T + 10000}, 2) ({T + 30000}, 3)"
+    )
+    harness.run_until_idle()
+    # late rows: T+5s is older than T+30s less 15s (expired, ignored); T+21s recalculates its window
+    session.execute(f"insert into t values ({T + 5000}, 9) ({T + 21000}, 9)")
+    harness.run_until_idle()
+    assert output(session, "select * from ex_out") == [(T, 1), (T + 10000, 1), (T + 20000, 1)]
+    assert output(session, "select * from dr_out") == [(T, 2), (T + 10000, 1), (T + 20000, 1)]
+    session.execute(f"delete from t where ts = {T + 10000}")
+    harness.run_until_idle()
+    assert output(session, "select * from dr_out") == [(T, 2), (T + 10000, 0), (T + 20000, 1)]
+    assert output(session, "select * from ex_out") == [(T, 1), (T + 10000, 1), (T + 20000, 1)]
+
+
+def test_force_output_writes_a_row_for_triggers_without_results(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream plain interval(10s) sliding(10s) from t into plain_out "
+        "as select _twstart, v from %%trows where v > 100;"
+        "create stream forced interval(10s) sliding(10s) from t stream_options(force_output) into forced_out "
+        "as select _twstart, v from %%trows where v > 100;"
+        f"insert into t values ({T}, 1) ({T + 10000}, 200) ({T + 20000}, 3)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from plain_out") == [(T + 10000, 200)]
+    assert output(session, "select * from forced_out") == [(T, None), (T + 10000, 200)]
+
+
+def test_delete_output_table_follows_dropped_child_tables(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create stream keep interval(10s) sliding(10s) from st partition by tbname into keep_out "
+        "output_subtable(concat('k_', tbname)) as select _twstart, count(*) from %%trows;"
+        "create stream gone interval(10s) sliding(10s) from st partition by tbname stream_options(delete_output_table) "
+        "into gone_out output_subtable(concat('g_', tbname)) as select _twstart, count(*) from %%trows;"
+        f"insert into a using st tags (1) values ({T}, 1) ({T + 10000}, 2)"
+    )
+    harness.run_until_idle()
+    assert {r[0] for r in session.query("show tables").rows} >= {"a", "k_a", "g_a"}
+    session.execute("drop table a")
+    names = {r[0] for r in session.query("show tables").rows}
+    assert "k_a" in names and "g_a" not in names and "a" not in names

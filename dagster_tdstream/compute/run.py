@@ -89,6 +89,7 @@ def compute_triggers(
             window_label=label,
             trows_filter=pre_filter.expr if pre_filter is not None else None,
             point_rows=isinstance(trigger, SlidingPointTrigger),
+            force_output=stream.stmt.option("FORCE_OUTPUT") is not None,
         )
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)

@@ -92,6 +92,7 @@ class WindowTrigger:
     ignore_disorder: bool = False
     events: tuple[str, ...] = (WINDOW_CLOSE,)
     max_delay: int | None = None  # processing time, ns
+    delete_recalc: bool = False
 
     @staticmethod
     def new_state() -> GroupState:
@@ -119,7 +120,9 @@ class WindowTrigger:
         recalculated: set[int] = set()
         for change in changes:
             if change.kind == "delete":
-                continue  # deletes do not trigger (DELETE_RECALC is not built yet)
+                if self.delete_recalc and state.next_close is not None:
+                    fired += self._deleted(state, change.ts, recalculated)
+                continue  # without DELETE_RECALC deletes do not trigger
             ts = change.ts
             if state.next_close is None:
                 state.next_close = self.spec.first_start(ts)
@@ -138,6 +141,20 @@ class WindowTrigger:
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
             state.max_ts = ts if state.max_ts is None else max(state.max_ts, ts)
             fired.extend(self._close(state))
+        return fired
+
+    def _deleted(self, state: GroupState, ts: int, recalculated: set[int]) -> list[Fired]:
+        """DELETE_RECALC: closed windows holding the deleted row are computed again; open
+        windows just count one row less."""
+        assert state.next_close is not None
+        fired = []
+        for start in self.spec.starts(ts):
+            if start < state.next_close:
+                if start not in recalculated:
+                    recalculated.add(start)
+                    fired.append(Fired(RECALC, start, self.spec.end(start), -1))
+            elif state.counts.get(start):
+                state.counts[start] -= 1
         return fired
 
     def _close(self, state: GroupState) -> list[Fired]:

@@ -18,13 +18,7 @@ from .sliding import PointSpec, SlidingPointTrigger
 from .windows import IntervalSpec
 
 # options the trigger engine does not evaluate yet; a stream using one is not run
-_NOT_BUILT_OPTIONS = {
-    "EXPIRED_TIME": "EXPIRED_TIME",
-    "DELETE_RECALC": "DELETE_RECALC",
-    "DELETE_OUTPUT_TABLE": "DELETE_OUTPUT_TABLE",
-    "FORCE_OUTPUT": "FORCE_OUTPUT",
-    "CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY",
-}
+_NOT_BUILT_OPTIONS = {"CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY"}
 
 Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger
 
@@ -55,6 +49,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
     event_type = stmt.option("EVENT_TYPE")
     events = event_type.event_types if event_type else (WINDOW_CLOSE,)
     ignore_disorder = stmt.option("IGNORE_DISORDER") is not None
+    delete_recalc = stmt.option("DELETE_RECALC") is not None
     max_delay_option = stmt.option("MAX_DELAY")
     max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
     if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is None:
@@ -71,11 +66,18 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             ignore_disorder=ignore_disorder,
             events=events,
             max_delay=max_delay,
+            delete_recalc=delete_recalc,
         )
     true_for = None
     if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:
         true_for = trigger.true_for.in_precision(precision)
-    common = {"true_for": true_for, "events": events, "ignore_disorder": ignore_disorder, "max_delay": max_delay}
+    common = {
+        "true_for": true_for,
+        "events": events,
+        "ignore_disorder": ignore_disorder,
+        "max_delay": max_delay,
+        "delete_recalc": delete_recalc,
+    }
     if isinstance(trigger, ast.StateTrigger):
         if not isinstance(trigger.expr, ast.Column):
             raise TriggerNotBuiltError("not built yet: STATE_WINDOW over an expression")

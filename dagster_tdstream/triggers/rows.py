@@ -59,6 +59,7 @@ class RowWindowTrigger:
     events: tuple[str, ...] = (WINDOW_CLOSE,)
     ignore_disorder: bool = False
     max_delay: int | None = None  # processing time, ns
+    delete_recalc: bool = False
 
     @staticmethod
     def new_state() -> RowState:
@@ -79,6 +80,8 @@ class RowWindowTrigger:
         state.late_from, state.now = None, now
         for change in changes:
             if change.kind == "delete":
+                if self.delete_recalc and self.recalculates and state.max_ts is not None:
+                    state.late_from = change.ts if state.late_from is None else min(state.late_from, change.ts)
                 continue
             if state.max_ts is not None and change.ts <= state.max_ts:
                 if not self.ignore_disorder and self.recalculates:

@@ -91,8 +91,12 @@ def advance_stream(
     fired_at = clock()
     queued: list[dict[str, Any]] = []
     grouped = rows.group(feed)
+    expired = stream.stmt.option("EXPIRED_TIME")
+    expiry = expired.duration.in_precision(stream.precision) if expired and expired.duration else None
     for group_key, (values, group_id, changes) in grouped.items():
         state = states.setdefault(group_key, state_type())
+        if expiry is not None:
+            changes = _unexpired(changes, state.max_ts, expiry)
         if isinstance(trigger, WindowTrigger):
             fired = trigger.advance(state, [Change(c.ts, c.kind) for c in changes], fired_at)
         else:
@@ -112,6 +116,19 @@ def advance_stream(
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
+
+
+def _unexpired(changes: list[RowChange], newest: int | None, expiry: int) -> list[RowChange]:
+    """EXPIRED_TIME: a row older than the group's newest event time less the limit never
+    triggers (manual recalculation still covers it)."""
+    kept = []
+    for change in changes:
+        if newest is not None and change.ts < newest - expiry:
+            continue
+        kept.append(change)
+        if change.kind != "delete":
+            newest = change.ts if newest is None else max(newest, change.ts)
+    return kept
 
 
 def _queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired_at: int) -> dict[str, Any]:

@@ -83,6 +83,9 @@ class StreamScope:
     # PRE_FILTER: %%trows are the rows that entered the trigger
     trows_filter: ast.Expr | None = None
     point_rows: bool = False  # SLIDING points: %%trows are the rows after the previous point
+    # FORCE_OUTPUT: a trigger without result rows still writes one (constants and
+    # placeholders filled, other columns NULL); otherwise such triggers write nothing
+    force_output: bool = False
 
 
 @dataclass
@@ -291,6 +294,8 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
             # gets its row (count(*) = 0), as TDengine computes every fired trigger
             on = " AND ".join([*scope.trigger_join, *([where_sql] if where_sql else [])]) or "TRUE"
             relation, filter_sql = f"{triggers} LEFT JOIN {_data_relation(scope)} ON {on}", None
+            if not stream.force_output and not is_aggregate:
+                filter_sql = "d.__m IS NOT NULL"  # rows only where the trigger matched data
     elif scope.base is None:
         relation, filter_sql = "(SELECT 1)", where_sql
     else:
