@@ -206,12 +206,15 @@ def triggers_for_range(
     table's current data with the window spec the sensor uses: windows with rows, plus the
     empty ones a group has passed unless IGNORE_NODATA_TRIGGER, closed ones only (end at or
     before the group's newest row less the watermark)."""
+    if stream.trigger_table is None:
+        raise QueryError(
+            f"stream {stream.key} cannot recalculate: its trigger table {stream.trigger_missing} was dropped"
+        )
     trigger = stream_trigger(stream)
     if not isinstance(trigger, WindowTrigger):
         return _row_windows_for_range(warehouse, stream, start, end)
     spec = trigger.spec
     table = stream.trigger_table
-    assert table is not None
     views = SparkViews(spark, warehouse, stream.db)
     try:
         view = views.table(table).view

@@ -24,6 +24,9 @@ class StreamDefinition:
     stmt: ast.CreateStream
     trigger_table: TableInfo | None
     precision: str
+    # the trigger table was dropped after the stream was created: TDengine keeps such a
+    # stream (dropping a trigger table is "ignored"), it just has nothing to read
+    trigger_missing: str | None = None
 
     @property
     def key(self) -> str:
@@ -69,11 +72,16 @@ def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
         raise CatalogError(f"registry entry {info.key} is not a CREATE STREAM statement")
     trigger_table = None
     precision = warehouse.database(info.db).precision
+    missing = None
     if stmt.trigger_table is not None:
         db = (stmt.trigger_table.db or info.db).lower()
-        trigger_table = warehouse.table(db, stmt.trigger_table.name.lower())
-        precision = warehouse.database(db).precision
-    return StreamDefinition(info, stmt, trigger_table, precision)
+        name = stmt.trigger_table.name.lower()
+        trigger_table = warehouse.find_table(db, name) if warehouse.catalog.get_database(db) else None
+        if trigger_table is None:
+            missing = f"{db}.{name}"
+        else:
+            precision = warehouse.database(db).precision
+    return StreamDefinition(info, stmt, trigger_table, precision, missing)
 
 
 def load_streams(warehouse: Warehouse) -> list[StreamDefinition]:

@@ -26,7 +26,7 @@ from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from .conditions import holds
-from .engine import RECALC, WINDOW_CLOSE, Change, Fired, WindowTrigger
+from .engine import RECALC, WINDOW_CLOSE, Change, Fired, TriggerNotBuiltError, WindowTrigger
 from .plan import stream_trigger
 from .rows import RowChange, RowState, RowWindowTrigger
 
@@ -71,7 +71,8 @@ def advance_stream(
     processed nothing yet) and queue the triggers they fire."""
     trigger = stream_trigger(stream)
     table = stream.trigger_table
-    assert table is not None  # window triggers always have a trigger table
+    if table is None:
+        raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
     catalog = warehouse.catalog
     first = stream.info.start_offset if last_offset is None else last_offset + 1
     current = warehouse.delta.version(table.db, table.storage_name)
