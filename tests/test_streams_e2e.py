@@ -228,3 +228,15 @@ def test_a_failed_batch_is_retried_a_bounded_number_of_times(
     reasons = harness.run_until_idle(max_rounds=1).skipped
     assert "failed 3 times" in reasons["d__s9__trigger"]
     assert warehouse.catalog.count_pending("d.s9") == 1
+
+
+def test_a_stream_whose_trigger_table_was_dropped_keeps_loading(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (2);"
+        "create stream on_a interval(10s) sliding(10s) from a into out_a as select _twstart, count(*) from %%trows;"
+        "create stream on_b interval(10s) sliding(10s) from b into out_b as select _twstart, count(*) from %%trows;"
+        f"insert into b values ({T}, 1) ({T + 10000}, 2); drop table a"
+    )
+    report = harness.run_until_idle()
+    assert report.failures == [] and report.runs == 1  # on_b still runs
+    assert "trigger table d.a was dropped" in report.skipped["d__on_a__trigger"]
