@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-from dagster_tdstream import Session, Warehouse, build_spark_session
+from dagster_tdstream import Session, StreamHarness, Warehouse, build_spark_session
 from dagster_tdstream.compute.spark import LazySpark
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "tdengine"
 
@@ -40,6 +42,19 @@ def session(warehouse: Warehouse, spark: object) -> Session:
 def sql_session(warehouse: Warehouse) -> Session:
     """A session for statements that never reach Spark (DDL, writes, catalog checks)."""
     return Session(warehouse, timezone="UTC", spark=LazySpark(session=_NoSpark()))
+
+
+@pytest.fixture
+def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
+    """Drives the warehouse's streams in-process through Dagster (UTC literals)."""
+    return StreamHarness(warehouse, timezone="UTC")
+
+
+def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
+    """A query's rows with timestamps as integers in the table's precision."""
+    table = session.query(sql).to_arrow()
+    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
+    return list(zip(*(c.to_pylist() for c in columns), strict=True))
 
 
 class _NoSpark:

@@ -3,20 +3,13 @@ harness clock) and FILL_HISTORY start times."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
 import pytest
 
 from dagster_tdstream import Session, StreamHarness, Warehouse
 
+from .conftest import output
+
 T = 1_700_000_000_000
-
-
-def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
-    table = session.query(sql).to_arrow()
-    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
-    return list(zip(*(c.to_pylist() for c in columns), strict=True))
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
-import pytest
-
-from dagster_tdstream import Session, StreamHarness, Warehouse
+from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.parser import parse_statement
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_OPEN
 from dagster_tdstream.triggers.rows import CountTrigger, EventTrigger, RowChange, RowState, SessionTrigger, StateTrigger
+
+from .conftest import output
 
 T = 1_700_000_000_000
 
@@ -80,17 +79,6 @@ def test_disorder_is_reported_not_silently_computed() -> None:
     ignoring.advance(quiet, rows((10, {"s": 1}), (20, {"s": 2})))
     ignoring.advance(quiet, rows((15, {"s": 3})))
     assert quiet.late_from is None
-
-
-def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
-    table = session.query(sql).to_arrow()
-    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
-    return list(zip(*(c.to_pylist() for c in columns), strict=True))
-
-
-@pytest.fixture
-def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
-    return StreamHarness(warehouse, timezone="UTC")
 
 
 def test_state_window_stream_with_late_row_and_pre_filter(session: Session, harness: StreamHarness) -> None:

@@ -4,10 +4,7 @@ Dagster, exact output values worked out by hand; recalculation as partition runs
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pytest
 from dagster import DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.test_utils import create_run_for_test
 
@@ -16,20 +13,11 @@ from dagster_tdstream.orchestration.assets import STREAM_TAG
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.tick import advance_stream
 
+from .conftest import output
+
 T = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, a multiple of 5 s
 
 SCHEMA = "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
-
-
-def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
-    table = session.query(sql).to_arrow()
-    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns]
-    return list(zip(*(c.to_pylist() for c in columns), strict=True))
-
-
-@pytest.fixture
-def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
-    return StreamHarness(warehouse, timezone="UTC")
 
 
 def test_interval_with_offset_overlapping_windows_groups_disorder_and_updates(
