@@ -129,10 +129,6 @@ def now_in(precision: str) -> int:
     return time.time_ns() // PRECISIONS[precision]
 
 
-def convert_precision(value: int, source: str, target: str) -> int:
-    return value * PRECISIONS[source] // PRECISIONS[target]
-
-
 def format_timestamp(value: int, precision: str, tz: ZoneInfo) -> str:
     """TDengine's display form: local time with 3, 6 or 9 fraction digits."""
     per = PRECISIONS[precision]

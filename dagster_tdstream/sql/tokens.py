@@ -104,11 +104,6 @@ class _Positioner:
         return lo + 1, offset - self._starts[lo] + 1
 
 
-def position_of(text: str, offset: int) -> tuple[int, int]:
-    """1-based (line, column) of a character offset."""
-    return _Positioner(text).at(offset)
-
-
 def tokenize(text: str) -> list[Token]:
     """Tokens of a whole script (comments and white space dropped, ``;`` kept)."""
     positioner = _Positioner(text)

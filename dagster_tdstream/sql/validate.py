@@ -211,7 +211,7 @@ def _validate_notification(stmt: ast.CreateStream) -> None:
     if trigger_is_window(stmt.trigger):
         # The prose requires ON for window triggers, but TDengine's tests create a SESSION
         # stream with NOTIFY and no ON (s0-0-0-14); the tests win, and the events default to
-        # WINDOW_CLOSE (see ``notify_events``).
+        # WINDOW_CLOSE when notifications are delivered.
         if "ON_TIME" in note.on:
             raise _fail(f"ON_TIME is for PERIOD and SLIDING triggers, not {stmt.trigger.kind}", stmt.pos)
     elif any(t != "ON_TIME" for t in note.on):
@@ -373,13 +373,3 @@ def output_column_names(stmt: ast.CreateStream) -> list[str] | None:
     if any(isinstance(item.expr, ast.Star) for item in stmt.query.items):
         return None
     return [item.alias or item.text for item in stmt.query.items]
-
-
-def notify_events(stmt: ast.CreateStream) -> tuple[str, ...]:
-    """The events a stream notifies: ON(...) as given; without ON, WINDOW_CLOSE for window
-    triggers and ON_TIME for PERIOD/SLIDING."""
-    if stmt.notification is None:
-        return ()
-    if stmt.notification.on:
-        return stmt.notification.on
-    return ("WINDOW_CLOSE",) if trigger_is_window(stmt.trigger) else ("ON_TIME",)

@@ -88,10 +88,6 @@ def type_from_json(data: dict[str, Any]) -> ColumnDef:
     )
 
 
-def display_type(dtype: DataType) -> str:
-    return str(dtype)
-
-
 def display_length(dtype: DataType) -> int:
     if dtype.name in ("BINARY", "VARCHAR", "NCHAR", "VARBINARY", "GEOMETRY"):
         return dtype.length or 0
