@@ -101,3 +101,18 @@ def test_state_window_stream_with_late_row_and_pre_filter(session: Session, harn
     assert session.query(
         "select table_name, stable_name from information_schema.ins_tables where table_name like 'sw%'"
     ).rows == [("sw_a", "sw_out")]
+
+
+def test_order_by_and_limit_apply_per_trigger(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create stable st (cts timestamp, cint int) tags (tint int);"
+        "create table c1 using st tags (1);"
+        "create stream lim state_window(cint) from st partition by tbname into lim_out "
+        "as select cts, cint from %%tbname where cts >= _twstart and cts <= _twend order by cts desc limit 2;"
+        f"insert into c1 values ({T + 1000}, 1) ({T + 6000}, 2) ({T + 7000}, 2) ({T + 8000}, 2) ({T + 12000}, 3) ({T + 21000}, 4)"
+    )
+    assert harness.run_until_idle().failures == []
+    # each window keeps its two newest rows: [01], [06 07 08] → 07 08, [12]
+    assert [r[:2] for r in output(session, "select * from lim_out")] == [
+        (T + 1000, 1), (T + 7000, 2), (T + 8000, 2), (T + 12000, 3),
+    ]  # fmt: skip

@@ -311,7 +311,13 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     order = _order_by(select, scope, render, items, group_keys if is_aggregate else [], is_aggregate)
     if stream is not None and (select.limit is not None or select.offset is not None):
         # LIMIT/OFFSET apply per trigger: number the rows of each trigger and keep a slice
-        ranking = f"row_number() OVER (PARTITION BY __trig.__tid ORDER BY {', '.join(order) or '1'})"
+        # a window function cannot see the select list's aliases: order by the expressions
+        expressions = {alias: sql for sql, alias, _ in items}
+        ranked = []
+        for entry in order:
+            head, _, tail = entry.partition(" ")
+            ranked.append(f"{expressions.get(head, head)} {tail}".strip())
+        ranking = f"row_number() OVER (PARTITION BY __trig.__tid ORDER BY {', '.join(ranked) or '1'})"
         first = (select.offset or 0) + 1
         last = first + select.limit - 1 if select.limit is not None else None
         parts[0] = parts[0].replace(" FROM ", f", {ranking} AS __rn FROM ", 1)
