@@ -21,13 +21,14 @@ import pyarrow as pa
 
 from ..errors import QueryError
 from ..sql import ast
-from ..sql.translate import StreamScope, TranslationContext, translate_select
+from ..sql.translate import SourceTable, StreamScope, TranslationContext, translate_select
 from ..sql.walk import all_expressions
 from ..storage.registry import StreamDefinition
-from ..storage.spark_read import SparkViews, spark_type
+from ..storage.spark_read import SparkViews, spark_schema, spark_type
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, WindowTrigger
+from ..triggers.period import PeriodTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity
@@ -76,6 +77,9 @@ def compute_triggers(
         trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
         trigger = stream_trigger(stream)
         label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
+        if isinstance(trigger, PeriodTrigger) and trigger_source is not None:
+            # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
+            trigger_source = _period_rows(spark, views, warehouse, stream, computable)
         pre_filter = stream.stmt.option("PRE_FILTER")
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
             # recalculated INTERVAL windows carry no row count: count them at computation time
@@ -89,6 +93,7 @@ def compute_triggers(
             window_label=label,
             trows_filter=pre_filter.expr if pre_filter is not None else None,
             point_rows=isinstance(trigger, SlidingPointTrigger),
+            rows_by_trigger=isinstance(trigger, PeriodTrigger),
             force_output=stream.stmt.option("FORCE_OUTPUT") is not None,
         )
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
@@ -111,6 +116,34 @@ def compute_triggers(
         warehouse, stream, translated.columns, result, groups, source_types, replace_range=replace_range
     )
     return RunOutcome(len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables)
+
+
+def _period_rows(
+    spark: Any, views: SparkViews, warehouse: Warehouse, stream: StreamDefinition, triggers: Sequence[dict[str, Any]]
+) -> SourceTable:
+    """The trigger table's rows each PERIOD tick consumed (its WAL offsets), tagged with the
+    tick's trigger id, as a view with the table's columns, tags and tbname."""
+    from ..triggers.tick import rows_in_offsets
+
+    table = stream.trigger_table
+    assert table is not None
+    records = []
+    for t in triggers:
+        detail = json.loads(t.get("detail") or "{}")
+        for values in rows_in_offsets(warehouse, stream, int(detail["from"]), int(detail["to"]), group_of(t).values):
+            records.append({**values, "__tid": int(t["id"])})
+    fields = [pa.field("tbname", pa.string())]
+    fields += [pa.field(c.name, arrow_type(c.type)) for c in (*table.columns, *table.tags)]
+    fields.append(pa.field("__tid", pa.int64()))
+    schema = pa.schema(fields)
+    data = pa.Table.from_pylist(records, schema=schema)
+    frame = (
+        spark.createDataFrame(data.to_pylist(), spark_schema(schema))
+        if records
+        else spark.createDataFrame([], spark_schema(schema))
+    )
+    view = views.register(frame, "period_rows")
+    return SourceTable(view, view, "super", table.columns, table.tags, stream.precision)
 
 
 def _offsets(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
@@ -152,8 +185,17 @@ def _triggers_frame(
     rows = []
     for t in triggers:
         group = group_of(t)
+        detail = json.loads(t.get("detail") or "{}")
+        if t["event"] == ON_TIME and detail.get("period"):  # a PERIOD tick: processing times, ns
+            rows.append(
+                (
+                    int(t["id"]), None, None, None, t["row_count"], group.group_id, detail["local"],
+                    detail["prev"], detail["next"], None, None, None,
+                    str(group.values[tbname_index]) if tbname_index is not None else None, *group.values,
+                )
+            )  # fmt: skip
+            continue
         if t["event"] == ON_TIME:  # a time point: _tcurrent_ts and its neighbours, no window
-            detail = json.loads(t.get("detail") or "{}")
             rows.append(
                 (
                     int(t["id"]), None, None, None, t["row_count"], group.group_id, int(t.get("fired_at") or now),

@@ -16,6 +16,7 @@ from ..sql.timeunits import PRECISIONS
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WindowTrigger
+from ..triggers.period import PeriodTrigger
 from ..triggers.plan import not_built, stream_trigger
 from ..triggers.sliding import SlidingPointTrigger
 
@@ -31,6 +32,8 @@ def partition_grain(stream: StreamDefinition) -> str:
     if not_built(stream.stmt):
         return DAILY
     trigger = stream_trigger(stream)
+    if isinstance(trigger, PeriodTrigger):
+        return HOURLY if trigger.spec.step < _HOUR_NANOS else DAILY
     if isinstance(trigger, SlidingPointTrigger):
         length = trigger.spec.step
     elif isinstance(trigger, WindowTrigger):

@@ -141,17 +141,16 @@ def build_trigger_sensor(
 def _partition_range(
     partitions: TimeWindowPartitionsDefinition, precision: str, first: int, last: int
 ) -> dict[str, str]:
-    """The partitions holding the pending windows' starts, clamped to the defined ones."""
-    keys = partitions.get_partition_keys()
-    low = partitions.get_partition_key_for_timestamp(
-        max(to_datetime(first, precision).timestamp(), partitions.start.timestamp())
-    )
-    try:
-        high = partitions.get_partition_key_for_timestamp(to_datetime(last, precision).timestamp())
-    except Exception:  # a window beyond the last defined partition
-        high = keys[-1]
-    if high not in keys:
-        high = keys[-1]
-    if low not in keys:
-        low = keys[0]
-    return {ASSET_PARTITION_RANGE_START_TAG: low, ASSET_PARTITION_RANGE_END_TAG: high}
+    """The partitions holding the pending windows' starts, each clamped into the defined range
+    (a window before the first partition or after the last one goes to that end)."""
+    first_key = partitions.get_first_partition_key()
+    last_key = partitions.get_last_partition_key()
+    assert first_key is not None and last_key is not None
+    low_bound = partitions.start.timestamp()
+    high_bound = partitions.time_window_for_partition_key(last_key).start.timestamp()
+
+    def key(value: int) -> str:
+        stamp = min(max(to_datetime(value, precision).timestamp(), low_bound), high_bound)
+        return partitions.get_partition_key_for_timestamp(stamp)
+
+    return {ASSET_PARTITION_RANGE_START_TAG: key(first), ASSET_PARTITION_RANGE_END_TAG: key(last)}

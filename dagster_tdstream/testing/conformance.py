@@ -109,12 +109,15 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         if missing:
             raise CaseFailed("not built yet: " + ", ".join(missing))
         expected = case.get("expected", [])
+        streams = load_streams(warehouse)
         delays = [
             opt.duration.nanos / 1e9
-            for stream in load_streams(warehouse)
+            for stream in streams
             for opt in stream.stmt.options
             if opt.name == "MAX_DELAY" and opt.duration is not None
         ]
+        # PERIOD ticks are processing time too: let at least one tick pass after each phase
+        delays += [s.stmt.trigger.period.nanos / 1e9 for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)]
         delay = max(delays) + 1 if delays else 0
         for phase in case.get("data_sql", []):
             for sql in phase.get("sql", []):

@@ -13,6 +13,7 @@ from ..sql.timeunits import resolve_timezone
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
 from .engine import WINDOW_CLOSE, TriggerNotBuiltError, WindowTrigger
+from .period import PeriodTrigger
 from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
 from .sliding import PointSpec, SlidingPointTrigger
 from .windows import IntervalSpec
@@ -20,16 +21,14 @@ from .windows import IntervalSpec
 # options the trigger engine does not evaluate yet; a stream using one is not run
 _NOT_BUILT_OPTIONS = {"CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY"}
 
-Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger
+Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger | PeriodTrigger
 
 
 def not_built(stmt: ast.CreateStream) -> list[str]:
     """What the stream needs that this build does not evaluate yet (empty: it runs)."""
     missing = []
     trigger = stmt.trigger
-    if isinstance(trigger, ast.PeriodTrigger):
-        missing.append(f"the {trigger.kind} trigger")
-    elif isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
+    if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
         missing.append("calendar INTERVAL units (n, y) in triggers")
     for opt in stmt.options:
         if opt.name in _NOT_BUILT_OPTIONS:
@@ -52,6 +51,10 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
     delete_recalc = stmt.option("DELETE_RECALC") is not None
     max_delay_option = stmt.option("MAX_DELAY")
     max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
+    if isinstance(trigger, ast.PeriodTrigger):
+        offset = trigger.offset.nanos if trigger.offset else 0
+        ticks = PointSpec(trigger.period.nanos, offset, "ns", resolve_timezone(timezone))
+        return PeriodTrigger(ticks, ignore_nodata=stmt.option("IGNORE_NODATA_TRIGGER") is not None)
     if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is None:
         offset = trigger.sliding_offset.in_precision(precision) if trigger.sliding_offset else 0
         points = PointSpec(trigger.sliding.in_precision(precision), offset, precision, resolve_timezone(timezone))

@@ -22,11 +22,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from .conditions import holds
 from .engine import RECALC, WINDOW_CLOSE, Change, Fired, TriggerNotBuiltError, WindowTrigger
+from .period import PERIOD_TICK, PeriodState, PeriodTrigger
 from .plan import stream_trigger
 from .rows import RowChange, RowState, RowWindowTrigger
 
@@ -70,6 +72,8 @@ def advance_stream(
     """Process at most ``max_offsets`` WAL offsets after ``last_offset`` (None: the stream has
     processed nothing yet) and queue the triggers they fire."""
     trigger = stream_trigger(stream)
+    if isinstance(trigger, PeriodTrigger):
+        return _advance_period(warehouse, stream, trigger, last_offset, clock)
     table = stream.trigger_table
     if table is None:
         raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
@@ -117,6 +121,53 @@ def advance_stream(
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
+
+
+def _advance_period(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    trigger: PeriodTrigger,
+    last_offset: int | None,
+    clock: Callable[[], int],
+) -> TickResult:
+    """A PERIOD tick: on processing time, one trigger per group, consuming the trigger
+    table's WAL written since the previous tick (``%%trows``)."""
+    catalog = warehouse.catalog
+    table = stream.trigger_table
+    if stream.trigger_missing is not None:
+        raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
+    first = stream.info.start_offset if last_offset is None else last_offset + 1
+    saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
+    state = PeriodState.from_json(saved) if saved else PeriodState()
+    now = clock()
+    tick = trigger.due(state, now)
+    end = first - 1
+    queued: list[dict[str, Any]] = []
+    if tick is not None:
+        counts: dict[str, tuple[list[Any], int]] = {}
+        if table is not None:
+            end = max(end, warehouse.delta.version(table.db, table.storage_name))
+            feed = warehouse.delta.change_feed(table.db, table.storage_name, first, end) if end >= first else None
+            grouped = _GroupedRows(warehouse, stream, table).group(feed) if feed is not None else {}
+            for key, (values, _, changes) in grouped.items():
+                counts[key] = (values, sum(c.kind != "delete" for c in changes))
+                if values not in state.groups:
+                    state.groups.append(values)
+            groups = [g for g in state.groups if not trigger.ignore_nodata or json.dumps(g, default=str) in counts]
+        else:
+            groups = [[]]
+        per = PRECISIONS[stream.precision]
+        detail = {"period": True, "local": tick, "prev": trigger.spec.before(tick), "next": trigger.spec.after(tick)}
+        detail.update({"from": first, "to": end})
+        for values in groups:
+            count = counts.get(json.dumps(values, default=str), (values, 0))[1]
+            if trigger.ignore_nodata and not count and table is not None:
+                continue
+            fired = Fired(PERIOD_TICK, tick // per, tick // per, count, detail)
+            queued.append(_queue_row(fired, values, group_identity(warehouse, stream, values), end, now))
+    catalog.save_checkpoint(stream.key, end, state.to_json())
+    added = catalog.enqueue_triggers(stream.key, queued)
+    return TickResult(end, first, added, catalog.count_pending(stream.key), 0)
 
 
 def _unexpired(changes: list[RowChange], newest: int | None, expiry: int) -> list[RowChange]:
@@ -233,6 +284,20 @@ class _GroupedRows:
     def all_rows(self, group_values: list[Any]) -> list[RowChange]:
         found = self.all_groups().get(json.dumps(group_values, default=str))
         return found[1] if found else []
+
+
+def rows_in_offsets(
+    warehouse: Warehouse, stream: StreamDefinition, first: int, last: int, group_values: tuple[Any, ...]
+) -> list[dict[str, Any]]:
+    """A group's rows written in WAL offsets [first, last] (inserts and updates), with
+    column, tag and tbname values: what a PERIOD tick's %%trows hold."""
+    table = stream.trigger_table
+    if table is None or last < first:
+        return []
+    feed = warehouse.delta.change_feed(table.db, table.storage_name, first, last)
+    grouped = _GroupedRows(warehouse, stream, table).group(feed)
+    found = grouped.get(json.dumps(list(group_values), default=str))
+    return [change.values for change in found[2] if change.kind != "delete"] if found else []
 
 
 def rows_by_group(warehouse: Warehouse, stream: StreamDefinition) -> list[tuple[list[Any], int, list[RowChange]]]:

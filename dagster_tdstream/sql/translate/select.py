@@ -83,6 +83,7 @@ class StreamScope:
     # PRE_FILTER: %%trows are the rows that entered the trigger
     trows_filter: ast.Expr | None = None
     point_rows: bool = False  # SLIDING points: %%trows are the rows after the previous point
+    rows_by_trigger: bool = False  # PERIOD: the trigger table view carries each row's __tid
     # FORCE_OUTPUT: a trigger without result rows still writes one (constants and
     # placeholders filled, other columns NULL); otherwise such triggers write nothing
     force_output: bool = False
@@ -213,7 +214,9 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
         for i, name in enumerate(stream.group_columns, start=1):
             scope.trigger_join.append(f"{scope.columns[name][0]} <=> __trig.__g{i}")
         assert scope.pk is not None
-        if stream.window_label is not None:
+        if stream.rows_by_trigger:
+            scope.trigger_join = ["d.__tid = __trig.__tid"]
+        elif stream.window_label is not None:
             scope.trows_label = stream.window_label(scope.pk.removeprefix("d."))
             scope.trigger_join.append("d.__tw = __trig._twstart")
         elif stream.point_rows:
