@@ -21,8 +21,6 @@ import pyarrow as pa
 
 from .sql.timeunits import format_timestamp
 
-_UNIT_PRECISION = {"ms": "ms", "us": "us", "ns": "ns"}
-
 
 @dataclass(frozen=True)
 class Result:
@@ -87,7 +85,7 @@ class Result:
 
 def _converter(arrow_type: pa.DataType, timezone: ZoneInfo) -> Any:
     if pa.types.is_timestamp(arrow_type):
-        precision = _UNIT_PRECISION[arrow_type.unit]
+        precision = arrow_type.unit  # Arrow's units are TDengine's precisions: ms, us, ns
         return lambda v: None if v is None else format_timestamp(v, precision, timezone)
 
     def plain(v: Any) -> Any:

@@ -173,7 +173,9 @@ def test_streams_with_features_not_built_say_so(session: Session, harness: Strea
     )
     report = harness.run_until_idle()
     assert report.runs == 0
-    assert report.skipped == {"d__s7__trigger": "stream d.s7 cannot run: not built yet: calendar INTERVAL units (n, y) in triggers"}
+    assert report.skipped == {
+        "d__s7__trigger": "stream d.s7 cannot run: not built yet: calendar INTERVAL units (n, y) in triggers"
+    }
 
 
 def test_runs_go_through_a_persistent_dagster_instance(tmp_path: Path, warehouse: Warehouse, spark: object) -> None:

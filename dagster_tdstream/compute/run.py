@@ -27,11 +27,11 @@ from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, WindowTrigger
+from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, Fired, WindowTrigger
 from ..triggers.period import PeriodTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
-from ..triggers.tick import group_identity
+from ..triggers.tick import group_identity, queue_row, rows_by_group
 from .output import Group, group_of, write_results
 
 
@@ -294,20 +294,8 @@ def triggers_for_range(
             starts = list(range(first, min(last, end - 1) + 1, spec.sliding))
         group_id = group_identity(warehouse, stream, values)
         for s in starts:
-            triggers.append(
-                {
-                    "id": len(triggers),
-                    "trigger_id": f"{group_id}:{s}",
-                    "event": WINDOW_CLOSE,
-                    "group_id": group_id,
-                    "group_values": json.dumps(values, default=str),
-                    "wstart": s,
-                    "wend": spec.end(s),
-                    "row_count": group_counts.get(s, 0),
-                    "offset": -1,
-                    "fired_at": time.time_ns(),
-                }
-            )
+            fired = Fired(WINDOW_CLOSE, s, spec.end(s), group_counts.get(s, 0))
+            triggers.append({**queue_row(fired, values, group_id, -1, time.time_ns()), "id": len(triggers)})
     return triggers
 
 
@@ -316,21 +304,13 @@ def _row_windows_for_range(
 ) -> list[dict[str, Any]]:
     """Row windows (STATE/SESSION/EVENT/COUNT) starting in [start, end): each group's rows are
     replayed through the same trigger the sensor runs, from the group's first row."""
-    from ..triggers.tick import rows_by_group
-
     trigger = stream_trigger(stream)
     triggers: list[dict[str, Any]] = []
     for values, group_id, rows in rows_by_group(warehouse, stream):
         for fired in trigger.advance(trigger.new_state(), rows):  # type: ignore[arg-type]
             if fired.event in (WINDOW_CLOSE, ON_TIME) and start <= fired.start < end:
-                triggers.append(
-                    {
-                        "id": len(triggers), "trigger_id": f"{group_id}:{fired.start}", "event": fired.event,
-                        "group_id": group_id, "group_values": json.dumps(values, default=str),
-                        "wstart": fired.start, "wend": fired.end, "row_count": fired.row_count,
-                        "detail": json.dumps(fired.detail, default=str), "offset": -1, "fired_at": time.time_ns(),
-                    }
-                )  # fmt: skip
+                row = queue_row(fired, values, group_id, -1, time.time_ns())
+                triggers.append({**row, "id": len(triggers)})
     return triggers
 
 

@@ -111,13 +111,13 @@ def advance_stream(
                 state, recalculated = _rederive(trigger, rows.all_rows(values), state.late_from)
                 states[group_key] = state
                 fired += recalculated
-        queued += [_queue_row(f, values, group_id, end, fired_at) for f in fired]
+        queued += [queue_row(f, values, group_id, end, fired_at) for f in fired]
     for group_key, state in states.items():
         delayed = trigger.delayed(state, fired_at)  # type: ignore[arg-type]
         if delayed:
             values = json.loads(group_key)
             group_id = group_identity(warehouse, stream, values)
-            queued += [_queue_row(f, values, group_id, end, fired_at) for f in delayed]
+            queued += [queue_row(f, values, group_id, end, fired_at) for f in delayed]
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
@@ -164,7 +164,7 @@ def _advance_period(
             if trigger.ignore_nodata and not count and table is not None:
                 continue
             fired = Fired(PERIOD_TICK, tick // per, tick // per, count, detail)
-            queued.append(_queue_row(fired, values, group_identity(warehouse, stream, values), end, now))
+            queued.append(queue_row(fired, values, group_identity(warehouse, stream, values), end, now))
     catalog.save_checkpoint(stream.key, end, state.to_json())
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), 0)
@@ -183,7 +183,8 @@ def _unexpired(changes: list[RowChange], newest: int | None, expiry: int) -> lis
     return kept
 
 
-def _queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired_at: int) -> dict[str, Any]:
+def queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired_at: int) -> dict[str, Any]:
+    """A fired trigger as a queue row (also the shape recalculation hands to a run)."""
     return {
         "trigger_id": f"{group_id}:{fired.start}",
         "event": fired.event,
