@@ -31,7 +31,8 @@ from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, Fire
 from ..triggers.period import PeriodTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
-from ..triggers.tick import group_identity, queue_row, rows_by_group
+from ..triggers.tick import group_identity, queue_row
+from .bulk import derive_windows
 from .output import Group, group_of, write_results
 
 
@@ -254,7 +255,7 @@ def triggers_for_range(
         )
     trigger = stream_trigger(stream)
     if not isinstance(trigger, WindowTrigger):
-        return _row_windows_for_range(warehouse, stream, start, end)
+        return _row_windows_for_range(spark, warehouse, stream, start, end)
     spec = trigger.spec
     table = stream.trigger_table
     views = SparkViews(spark, warehouse, stream.db)
@@ -300,18 +301,13 @@ def triggers_for_range(
 
 
 def _row_windows_for_range(
-    warehouse: Warehouse, stream: StreamDefinition, start: int, end: int
+    spark: Any, warehouse: Warehouse, stream: StreamDefinition, start: int, end: int
 ) -> list[dict[str, Any]]:
-    """Row windows (STATE/SESSION/EVENT/COUNT) starting in [start, end): each group's rows are
-    replayed through the same trigger the sensor runs, from the group's first row."""
-    trigger = stream_trigger(stream)
-    triggers: list[dict[str, Any]] = []
-    for values, group_id, rows in rows_by_group(warehouse, stream):
-        for fired in trigger.advance(trigger.new_state(), rows):  # type: ignore[arg-type]
-            if fired.event in (WINDOW_CLOSE, ON_TIME) and start <= fired.start < end:
-                row = queue_row(fired, values, group_id, -1, time.time_ns())
-                triggers.append({**row, "id": len(triggers)})
-    return triggers
+    """Row windows (STATE/SESSION/EVENT/COUNT) and SLIDING points starting in [start, end):
+    every group's rows replayed in Spark through the trigger the sensor runs (``bulk.py``)."""
+    derived = derive_windows(spark, warehouse, stream)
+    kept = [t for t in derived.triggers if t["event"] in (WINDOW_CLOSE, ON_TIME) and start <= t["wstart"] < end]
+    return [{**t, "id": i} for i, t in enumerate(kept)]
 
 
 __all__ = ["Group", "RunOutcome", "compute_triggers", "triggers_for_range"]

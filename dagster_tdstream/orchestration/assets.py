@@ -1,7 +1,9 @@
 """A stream's asset: its output table, computed on Spark.
 
 A run started by the trigger sensor (tag ``tdstream/mode=triggers``) computes every pending
-trigger of the stream in one Spark job and marks them done after the output commit. Any other
+trigger of the stream in one Spark job and marks them done after the output commit. A history
+run (``tdstream/mode=history``, FILL_HISTORY) derives every window of the data up to a WAL
+offset in one bulk Spark job and checkpoints the trigger state there for the sensor. Any other
 run of a partition or a range — a UI launch, a backfill, ``dagster asset materialize
 --partition-range`` — recalculates: it re-derives every window whose start lies in the range
 from the table data and overwrites that range of the output in one commit.
@@ -21,6 +23,7 @@ from dagster import (
     multi_asset,
 )
 
+from ..compute.bulk import derive_windows
 from ..compute.run import compute_triggers, triggers_for_range
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import load_stream
@@ -30,6 +33,8 @@ from .resources import TDStreamSpark, TDStreamWarehouse
 STREAM_TAG = "tdstream/stream"
 MODE_TAG = "tdstream/mode"
 TRIGGERS_MODE = "triggers"
+HISTORY_MODE = "history"
+HISTORY_TAG = "tdstream/history_offset"
 
 
 def build_stream_asset(
@@ -56,6 +61,15 @@ def build_stream_asset(
             outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
             warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id)
             metadata = {"tdstream/mode": "triggers"}
+        elif context.run.tags.get(MODE_TAG) == HISTORY_MODE:
+            # FILL_HISTORY: every window of the data up to the offset, derived in bulk; the
+            # checkpoint is written after the output commit, so a failed run is simply redone
+            history = int(context.run.tags[HISTORY_TAG])
+            derived = derive_windows(spark, warehouse, stream, version=history)
+            outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone)
+            warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
+            metadata = {"tdstream/mode": "history", "tdstream/history_offset": history}
+            metadata["tdstream/groups"] = derived.groups
         else:
             window = context.partition_time_window
             start, end = to_event_time(window.start, stream.precision), to_event_time(window.end, stream.precision)

@@ -43,21 +43,28 @@ def partition_grain(stream: StreamDefinition) -> str:
     return HOURLY if length * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
 
 
-def earliest_event_time(warehouse: Warehouse, stream: StreamDefinition) -> datetime:
-    """The trigger table's earliest timestamp from Delta file statistics (no data scan)."""
-    created = datetime.fromtimestamp(stream.info.created_at / 1000, UTC)
+def event_time_bounds(warehouse: Warehouse, stream: StreamDefinition) -> tuple[int, int] | None:
+    """The trigger table's earliest and latest timestamps from Delta file statistics (no data
+    scan); None when it has no rows or no statistics."""
     table = stream.trigger_table
     if table is None:
-        return created
+        return None
     actions = warehouse.delta.open(table.db, table.storage_name).get_add_actions(flatten=True)
-    column = f"min.{table.primary_key}"
-    if actions.num_rows == 0 or column not in actions.schema.names:
+    low, high = f"min.{table.primary_key}", f"max.{table.primary_key}"
+    if actions.num_rows == 0 or low not in actions.schema.names or high not in actions.schema.names:
+        return None
+    lows = [v for v in actions.column(low).to_pylist() if v is not None]
+    highs = [v for v in actions.column(high).to_pylist() if v is not None]
+    return (min(lows), max(highs)) if lows and highs else None
+
+
+def earliest_event_time(warehouse: Warehouse, stream: StreamDefinition) -> datetime:
+    """The trigger table's earliest timestamp, or the stream's creation if earlier or unknown."""
+    created = datetime.fromtimestamp(stream.info.created_at / 1000, UTC)
+    bounds = event_time_bounds(warehouse, stream)
+    if bounds is None:
         return created
-    lows = [v for v in actions.column(column).to_pylist() if v is not None]
-    if not lows:
-        return created
-    earliest = datetime.fromtimestamp(min(lows) * PRECISIONS[stream.precision] / 1e9, UTC)
-    return min(earliest, created)
+    return min(to_datetime(bounds[0], stream.precision), created)
 
 
 def partitions_for(

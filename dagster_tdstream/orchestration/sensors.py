@@ -5,13 +5,15 @@ within a time budget far inside Dagster's tick timeout, lets ``triggers/`` queue
 and requests one run of the stream's asset when triggers are pending and no run of the
 stream is queued or running (back-pressure: triggers that fire meanwhile wait and the next
 run takes them all). The cursor is a small JSON record: the last WAL offset processed, which
-is also the key of the checkpointed trigger state.
+is also the key of the checkpointed trigger state. A FILL_HISTORY stream first requests one
+history run and waits for its checkpoint before reading the WAL after it.
 """
 
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dagster import (
     AssetsDefinition,
@@ -29,11 +31,12 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ..errors import TDStreamError
-from ..storage.registry import load_stream
+from ..storage.registry import StreamDefinition, load_stream
+from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
-from .assets import MODE_TAG, STREAM_TAG, TRIGGERS_MODE
-from .partitions import to_datetime
+from .assets import HISTORY_MODE, HISTORY_TAG, MODE_TAG, STREAM_TAG, TRIGGERS_MODE
+from .partitions import event_time_bounds, to_datetime
 from .resources import TDStreamWarehouse
 
 BATCH_TAG = "tdstream/batch"
@@ -50,15 +53,17 @@ ACTIVE_STATUSES = [
 @dataclass(frozen=True)
 class TriggerCursor:
     offset: int | None  # last WAL offset processed; None before the first tick
+    history: int | None = None  # FILL_HISTORY: the last WAL offset the history run covers
 
     def dump(self) -> str:
-        return json.dumps({"offset": self.offset})
+        return json.dumps({"offset": self.offset, "history": self.history})
 
     @classmethod
     def load(cls, text: str | None) -> "TriggerCursor":
         if not text:
             return cls(None)
-        return cls(json.loads(text).get("offset"))
+        data = json.loads(text)
+        return cls(data.get("offset"), data.get("history"))
 
 
 def build_trigger_sensor(
@@ -92,6 +97,10 @@ def build_trigger_sensor(
         if stream.info.status == "Stopped":
             return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
         cursor = TriggerCursor.load(context.cursor)
+        if cursor.offset is None and stream.fills_history and stream.trigger_table is not None:
+            cursor, waiting = _history(context, warehouse, stream, cursor, partitions)
+            if waiting is not None:
+                return waiting
         deadline = time.monotonic() + time_budget_seconds
         offset = cursor.offset
         try:
@@ -118,9 +127,7 @@ def build_trigger_sensor(
         # the run key names the batch and the attempt: a retried tick launches nothing twice,
         # while a batch whose run failed is tried again, a bounded number of times
         batch = f"{pending[0]['id']}-{pending[-1]['id']}"
-        failed = context.instance.get_runs(
-            filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES)
-        )
+        failed = _failed_runs(context, stream_key, batch)
         if len(failed) >= MAX_ATTEMPTS:
             return SensorResult(
                 skip_reason=SkipReason(
@@ -136,6 +143,63 @@ def build_trigger_sensor(
         return SensorResult(run_requests=[run], cursor=new_cursor)
 
     return trigger_sensor
+
+
+def _failed_runs(context: SensorEvaluationContext, stream_key: str, batch: str) -> list[Any]:
+    return list(
+        context.instance.get_runs(
+            filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES)
+        )
+    )
+
+
+def _history(
+    context: SensorEvaluationContext,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    cursor: TriggerCursor,
+    partitions: TimeWindowPartitionsDefinition,
+) -> tuple[TriggerCursor, SensorResult | SkipReason | None]:
+    """FILL_HISTORY: before the first incremental tick, one run computes every window of the
+    data up to the current WAL offset in bulk (``compute/bulk.py``) and checkpoints the trigger
+    state there; the sensor then continues from that offset. Returns the cursor to go on with,
+    or what to answer while the history run is requested, running or failing."""
+    table = stream.trigger_table
+    assert table is not None
+    history = cursor.history
+    if history is None:
+        history = warehouse.delta.version(table.db, table.storage_name)
+    if warehouse.catalog.load_checkpoint(stream.key, history) is not None:
+        return TriggerCursor(history), None  # the history run finished: continue incrementally
+    waiting = TriggerCursor(None, history).dump()
+    active = context.instance.get_runs(
+        filters=RunsFilter(tags={STREAM_TAG: stream.key}, statuses=ACTIVE_STATUSES), limit=1
+    )
+    if active:
+        return cursor, SensorResult(
+            skip_reason=SkipReason(f"history of {stream.key} is being computed by run {active[0].run_id}"),
+            cursor=waiting,
+        )
+    batch = f"history-{history}"
+    failed = _failed_runs(context, stream.key, batch)
+    if len(failed) >= MAX_ATTEMPTS:
+        return cursor, SensorResult(
+            skip_reason=SkipReason(
+                f"stream {stream.key}: the history run failed {len(failed)} times (last: run "
+                f"{failed[0].run_id}); fix the cause, then rerun that run"
+            ),
+            cursor=waiting,
+        )
+    tags = {STREAM_TAG: stream.key, MODE_TAG: HISTORY_MODE, BATCH_TAG: batch, HISTORY_TAG: str(history)}
+    bounds = event_time_bounds(warehouse, stream)
+    if bounds is not None:
+        tags.update(_partition_range(partitions, stream.precision, *bounds))
+    else:
+        first = partitions.get_first_partition_key()
+        assert first is not None
+        tags.update({ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: first})
+    run = RunRequest(run_key=f"{stream.key}:{batch}:{len(failed)}", tags=tags)
+    return cursor, SensorResult(run_requests=[run], cursor=waiting)
 
 
 def _partition_range(

@@ -92,8 +92,12 @@ class DeltaStore:
         dt = self.open(db, table)
         return dt.to_pyarrow_table(columns=columns, filters=filters)
 
-    def file_uris(self, db: str, table: str) -> list[str]:
-        return self.open(db, table).file_uris()
+    def file_uris(self, db: str, table: str, version: int | None = None) -> list[str]:
+        """The Parquet files of the table's snapshot (the newest, or as of ``version``)."""
+        dt = self.open(db, table)
+        if version is not None:
+            dt.load_as_version(version)
+        return dt.file_uris()
 
     def drop(self, db: str, table: str) -> None:
         uri = self.uri(db, table)

@@ -44,6 +44,11 @@ class StreamDefinition:
     def group_columns(self) -> tuple[str, ...]:
         return tuple(e.name.lower() for e in self.stmt.partition_by if isinstance(e, ast.Column))
 
+    @property
+    def fills_history(self) -> bool:
+        """FILL_HISTORY or FILL_HISTORY_FIRST: the data written before the stream is computed."""
+        return any(self.stmt.option(name) is not None for name in ("FILL_HISTORY", "FILL_HISTORY_FIRST"))
+
     @cached_property
     def history_start(self) -> int | None:
         """FILL_HISTORY[_FIRST](start): rows before it never trigger (in the table's precision;

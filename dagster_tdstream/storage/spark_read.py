@@ -54,15 +54,16 @@ def spark_schema(schema: pa.Schema) -> Any:
     return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
 
 
-def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo) -> Any:
-    """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags."""
+def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo, version: int | None = None) -> Any:
+    """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags (as
+    of the WAL offset ``version`` when given, e.g. a stream's history)."""
     from pyspark.sql import functions as F
 
     storage = warehouse.find_table(info.db, info.storage_name) if info.kind == "child" else info
     assert storage is not None
     is_super = storage.kind == "super"
     schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
-    files = warehouse.delta.file_uris(info.db, storage.name)
+    files = warehouse.delta.file_uris(info.db, storage.name, version)
     data = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
     if not is_super:
         return data.withColumn("tbname", F.lit(info.name))

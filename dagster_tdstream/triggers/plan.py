@@ -14,6 +14,7 @@ from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
 from .engine import WINDOW_CLOSE, TriggerNotBuiltError, WindowTrigger
 from .period import PeriodTrigger
+from .replay import Admission
 from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
 from .sliding import PointSpec, SlidingPointTrigger
 from .windows import IntervalSpec
@@ -101,6 +102,12 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         slide=trigger.sliding or trigger.count,
         columns=tuple(c.name.lower() for c in trigger.columns),
     )
+
+
+def stream_admission(stream: StreamDefinition) -> Admission:
+    """Which of the trigger table's rows reach the stream's trigger."""
+    pre_filter = stream.stmt.option("PRE_FILTER")
+    return Admission(stream.history_start, pre_filter.expr if pre_filter is not None else None)
 
 
 def stream_trigger(stream: StreamDefinition) -> Trigger:

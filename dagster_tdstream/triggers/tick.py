@@ -26,10 +26,10 @@ from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
-from .conditions import holds
 from .engine import RECALC, WINDOW_CLOSE, Change, Fired, TriggerNotBuiltError, WindowTrigger
 from .period import PERIOD_TICK, PeriodState, PeriodTrigger
-from .plan import stream_trigger
+from .plan import stream_admission, stream_trigger
+from .replay import replay
 from .rows import RowChange, RowState, RowWindowTrigger
 
 _CHANGE_KINDS = {"insert": "insert", "update_postimage": "update", "delete": "delete"}
@@ -202,8 +202,9 @@ def queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired
 def _rederive(trigger: RowWindowTrigger, rows: list[RowChange], late_from: int) -> tuple[RowState, list[Fired]]:
     """Replay the group's rows in time order from a fresh state; the closed windows that end
     at or after the late row are computed again."""
-    state = RowState()
-    closes = [f for f in trigger.advance(state, rows) if f.event == WINDOW_CLOSE and f.end >= late_from]
+    fired, state = replay(trigger, rows)
+    assert isinstance(state, RowState)
+    closes = [f for f in fired if f.event == WINDOW_CLOSE and f.end >= late_from]
     return state, [Fired(RECALC, f.start, f.end, f.row_count, f.detail) for f in closes]
 
 
@@ -215,9 +216,7 @@ class _GroupedRows:
         self.warehouse = warehouse
         self.stream = stream
         self.table = table
-        pre_filter = stream.stmt.option("PRE_FILTER")
-        self.pre_filter = pre_filter.expr if pre_filter is not None else None
-        self.history_start = stream.history_start
+        self.admission = stream_admission(stream)
         self._children: dict[str, TableInfo | None] = {}
 
     def _table_of(self, tbname: str) -> TableInfo | None:
@@ -238,12 +237,6 @@ class _GroupedRows:
     def _group_values(self, values: dict[str, Any]) -> list[Any]:
         return [values.get(column) for column in self.stream.group_columns]
 
-    def _enters(self, ts: int, values: dict[str, Any]) -> bool:
-        """Whether a row reaches the trigger: not before FILL_HISTORY's start, PRE_FILTER true."""
-        if self.history_start is not None and ts < self.history_start:
-            return False
-        return self.pre_filter is None or holds(self.pre_filter, values)
-
     def group(self, feed: pa.Table) -> dict[str, tuple[list[Any], int, list[RowChange]]]:
         """WAL records per group, in commit order and time order inside a commit: group key →
         (group values, group id, changes)."""
@@ -259,7 +252,7 @@ class _GroupedRows:
             if kind is None or (self.table.kind == "child" and tbname != self.table.name):
                 continue
             values = self._values(record, tbname)
-            if not self._enters(record[pk], values) and kind != "delete":
+            if not self.admission.admits(record[pk], values) and kind != "delete":
                 continue
             group_values = self._group_values(values)
             key = json.dumps(group_values, default=str)
@@ -275,7 +268,7 @@ class _GroupedRows:
         groups: dict[str, tuple[list[Any], list[RowChange]]] = {}
         for record in sorted(data, key=lambda r: r[pk]):
             values = self._values(record, record.get("tbname") or self.table.name)
-            if not self._enters(record[pk], values):
+            if not self.admission.admits(record[pk], values):
                 continue
             group_values = self._group_values(values)
             key = json.dumps(group_values, default=str)
@@ -299,10 +292,3 @@ def rows_in_offsets(
     grouped = _GroupedRows(warehouse, stream, table).group(feed)
     found = grouped.get(json.dumps(list(group_values), default=str))
     return [change.values for change in found[2] if change.kind != "delete"] if found else []
-
-
-def rows_by_group(warehouse: Warehouse, stream: StreamDefinition) -> list[tuple[list[Any], int, list[RowChange]]]:
-    """Each group of the stream with its id and its rows, from the trigger table's data."""
-    assert stream.trigger_table is not None
-    grouped = _GroupedRows(warehouse, stream, stream.trigger_table)
-    return [(values, group_identity(warehouse, stream, values), rows) for values, rows in grouped.all_groups().values()]

@@ -1,0 +1,118 @@
+"""Bulk window derivation inside Spark: FILL_HISTORY and recalculation of event-time triggers.
+
+Owns running the trigger state machines over a whole table in one Spark job: the trigger
+table's snapshot is grouped by the stream's PARTITION BY columns and each group's rows go, in
+an Arrow UDF on the executors, through ``triggers.replay`` — the same code the sensor runs
+incrementally, so the bulk and the incremental path cannot disagree on a window. The job
+returns what fired plus each group's final state, which becomes the checkpoint the sensor
+continues from. Reads only; writing the outputs is ``run.py``'s and ``output.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import QueryError
+from ..storage.registry import StreamDefinition
+from ..storage.spark_read import table_frame
+from ..storage.warehouse import Warehouse
+from ..triggers.engine import MAX_DELAY, Fired
+from ..triggers.plan import stream_admission, stream_trigger
+from ..triggers.replay import Admission, EventTimeTrigger, replay
+from ..triggers.rows import RowChange
+from ..triggers.tick import group_identity, queue_row
+
+_STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
+_OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
+_ALL = "__all"  # the single group of a stream without PARTITION BY
+
+
+@dataclass(frozen=True)
+class Derived:
+    triggers: list[dict[str, Any]]  # queue rows, each with a run-local ``id``
+    states: dict[str, dict[str, Any]]  # group key → final trigger state (checkpoint form)
+    groups: int
+
+
+def _group_windows(
+    trigger: EventTimeTrigger, admission: Admission, primary_key: str, group_columns: tuple[str, ...]
+) -> Callable[[pa.Table], pa.Table]:
+    """The Arrow UDF: one group's rows in, its triggers and final state out."""
+
+    def per_group(data: pa.Table) -> pa.Table:
+        records = data.drop_columns([_ALL]).to_pylist() if _ALL in data.column_names else data.to_pylist()
+        # time order; ties between child tables of one group broken by name, as a stable rule
+        records.sort(key=lambda r: (r[primary_key], r.get("tbname") or ""))
+        rows = [RowChange(r[primary_key], "insert", r) for r in records if admission.admits(r[primary_key], r)]
+        values = [records[0].get(c) for c in group_columns] if records else []
+        key = json.dumps(values, default=str)
+        fired, state = replay(trigger, rows)
+        out: dict[str, list[Any]] = {
+            "group_key": [], "event": [], "wstart": [], "wend": [], "row_count": [], "detail": []
+        }  # fmt: skip
+        for f in [*fired, Fired(_STATE, 0, 0, 0, state.to_json())]:
+            out["group_key"].append(key)
+            out["event"].append(f.event)
+            out["wstart"].append(f.start)
+            out["wend"].append(f.end)
+            out["row_count"].append(f.row_count)
+            out["detail"].append(json.dumps(f.detail, default=str))
+        return pa.table(out, schema=_ARROW_OUTPUT)
+
+    return per_group
+
+
+_ARROW_OUTPUT = pa.schema(
+    [
+        ("group_key", pa.string()), ("event", pa.string()), ("wstart", pa.int64()),
+        ("wend", pa.int64()), ("row_count", pa.int64()), ("detail", pa.string()),
+    ]
+)  # fmt: skip
+
+
+def derive_windows(
+    spark: Any, warehouse: Warehouse, stream: StreamDefinition, *, version: int | None = None
+) -> Derived:
+    """Every group's windows from the trigger table's data (as of WAL offset ``version``, or
+    now) in one Spark job, with each group's final trigger state."""
+    table = stream.trigger_table
+    if table is None:
+        raise QueryError(
+            f"stream {stream.key} cannot derive windows: its trigger table {stream.trigger_missing} was dropped"
+        )
+    trigger = stream_trigger(stream)
+    from pyspark.sql import functions as F
+
+    frame = table_frame(spark, warehouse, table, version)
+    admission = stream_admission(stream)
+    if admission.history_start is not None:  # pruned in Spark; the UDF checks PRE_FILTER only
+        frame = frame.where(F.col(table.primary_key) >= admission.history_start)
+        admission = Admission(None, admission.pre_filter)
+    columns = list(stream.group_columns)
+    if not columns:
+        frame, columns = frame.withColumn(_ALL, F.lit(0)), [_ALL]
+    udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
+    result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
+    fired_at = time.time_ns()
+    triggers: list[dict[str, Any]] = []
+    states: dict[str, dict[str, Any]] = {}
+    identities: dict[str, int] = {}
+    for row in result.to_pylist():
+        key = row["group_key"]
+        if row["event"] == _STATE:
+            states[key] = json.loads(row["detail"])
+            continue
+        if row["event"] == MAX_DELAY:  # pragma: no cover - replay never runs processing-time delays
+            continue
+        values = json.loads(key)
+        if key not in identities:
+            identities[key] = group_identity(warehouse, stream, values)
+        fired = Fired(row["event"], row["wstart"], row["wend"], row["row_count"], json.loads(row["detail"]))
+        triggers.append({**queue_row(fired, values, identities[key], -1, fired_at), "id": len(triggers)})
+    return Derived(triggers, states, len(states))
