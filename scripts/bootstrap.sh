@@ -32,6 +32,8 @@ if [ ! -x .venv/bin/python ]; then
     "$python_bin" -m venv .venv
 fi
 if [ ! -x .venv/bin/uv ]; then
+    # a venv made by uv itself has no pip: bring it in first
+    .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip --upgrade >/dev/null
     # uv resolves and installs in seconds; pip would also build pyspark from source
     .venv/bin/python -m pip install --quiet --disable-pip-version-check uv
 fi

@@ -174,11 +174,13 @@ def write_results(
     source_types: dict[str, ast.DataType],
     *,
     replace_range: tuple[int, int] | None = None,
+    retract: Sequence[tuple[Group, int]] = (),
 ) -> WriteOutcome:
     """Write query results (one column per output column, then ``__tid``) to the output table.
     ``groups`` maps each ``__tid`` to its group. With ``replace_range`` the output rows whose
     key lies in [start, end) and that the results do not produce again are removed in the same
-    commit (recalculation overwrites a range)."""
+    commit (recalculation overwrites a range); ``retract`` names (group, window start) rows of
+    windows that no longer exist, removed in that commit unless produced again."""
     target = stream.output
     assert target is not None
     db, name = target
@@ -205,9 +207,18 @@ def write_results(
         child = _child_for(warehouse, stream, info, groups[tid], children, new_children)
         rows_by_child.setdefault(child.name, []).append(tuple(row))
     batches = [WriteBatch(children.get(child) or info, rows) for child, rows in rows_by_child.items()]
-    if not batches and replace_range is None:
+    removals = []
+    if replace_range is not None:
+        removals.append(f"({warehouse.range_predicate(info, replace_range)})")
+    if retract:
+        keys = [
+            (child_table_name(stream, group) if info.kind != "normal" else info.name, start) for group, start in retract
+        ]
+        removals.append(f"({warehouse.keys_predicate(info, keys)})")
+    if not batches and not removals:
         return WriteOutcome(0, None, ())
-    outcome = warehouse.write(batches, new_children, replace_range=replace_range, replace_table=info)
+    replace_where = " OR ".join(removals) if removals else None
+    outcome = warehouse.write(batches, new_children, replace_where=replace_where, replace_table=info)
     version = next(iter(outcome.versions.values()), None)
     return WriteOutcome(outcome.rows, version, tuple(rows_by_child))
 

@@ -27,7 +27,15 @@ from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_OPEN, Fired, WindowTrigger
+from ..triggers.engine import (
+    MAX_DELAY,
+    RECALC,
+    WINDOW_CLOSE,
+    WINDOW_INVALIDATION,
+    WINDOW_OPEN,
+    Fired,
+    WindowTrigger,
+)
 from ..triggers.period import PeriodTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
@@ -108,13 +116,22 @@ def compute_triggers(
     groups = {int(t["id"]): group_of(t) for t in computable}
     if stream.output is None:
         raise QueryError(f"stream {stream.key} has no output table (notifications are not built yet)")
-    if not computable and replace_range is None:
+    # windows recalculation showed gone: their output rows are retracted in the same commit
+    retract = [(group_of(t), int(t["wstart"])) for t in triggers if t["event"] == WINDOW_INVALIDATION]
+    if not computable and replace_range is None and not retract:
         return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
     if not computable:
         result = pa.table({**{f"__c{i}": pa.array([], pa.int64()) for i in range(len(translated.columns))},
                            "__tid": pa.array([], pa.int64())})  # fmt: skip
     outcome = write_results(
-        warehouse, stream, translated.columns, result, groups, source_types, replace_range=replace_range
+        warehouse,
+        stream,
+        translated.columns,
+        result,
+        groups,
+        source_types,
+        replace_range=replace_range,
+        retract=retract,
     )
     return RunOutcome(len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables)
 

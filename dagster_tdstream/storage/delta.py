@@ -88,8 +88,11 @@ class DeltaStore:
         table: str,
         columns: list[str] | None = None,
         filters: list[tuple[str, str, object]] | None = None,
+        version: int | None = None,
     ) -> pa.Table:
         dt = self.open(db, table)
+        if version is not None:
+            dt.load_as_version(version)
         return dt.to_pyarrow_table(columns=columns, filters=filters)
 
     def file_uris(self, db: str, table: str, version: int | None = None) -> list[str]:

@@ -198,21 +198,22 @@ class Warehouse:
         batches: Sequence[WriteBatch],
         new_children: Sequence[TableInfo] = (),
         *,
-        replace_range: tuple[int, int] | None = None,
+        replace_where: str | None = None,
         replace_table: TableInfo | None = None,
     ) -> WriteResult:
         """Write validated rows: one Delta commit per physical table touched. Child tables
         created by this write (INSERT … USING) are registered first and removed again if
         the data commit fails, so a failed write leaves the catalog as it was.
 
-        With ``replace_range`` (start, end) the rows of ``replace_table`` whose key lies in
-        [start, end) are replaced by ``batches`` in the same commit: rows not written again are
-        removed (recalculation overwrites a range of a stream's output)."""
+        With ``replace_where`` (a predicate on ``replace_table``'s rows as ``t``, see
+        ``range_predicate``/``keys_predicate``) the matching rows that ``batches`` do not write
+        again are removed in the same commit (recalculation overwrites a range of a stream's
+        output, or retracts windows that disappeared)."""
         created = self.create_child_tables(new_children)
         try:
-            if replace_range is not None:
+            if replace_where is not None:
                 assert replace_table is not None
-                return self._replace(replace_table, batches, replace_range)
+                return self._replace(replace_table, batches, replace_where)
             return self._write(batches)
         except BaseException:
             with self.catalog.transaction() as conn:
@@ -265,10 +266,9 @@ class Warehouse:
         self.catalog.record_writes(db, storage, new_marks, version)
         return table.num_rows, needs_merge, version
 
-    def _replace(self, table: TableInfo, batches: Sequence[WriteBatch], bounds: tuple[int, int]) -> WriteResult:
+    def _replace(self, table: TableInfo, batches: Sequence[WriteBatch], replace_where: str) -> WriteResult:
         storage = table.storage_name
         pk = table.primary_key
-        in_range = f't."{pk}" >= {bounds[0]} AND t."{pk}" < {bounds[1]}'
         is_super = table.kind in ("super", "child")
         rows = [(batch.table.name, row) for batch in batches for row in batch.rows]
         latest = {(name, row[0]): row for name, row in rows}
@@ -280,7 +280,7 @@ class Warehouse:
             arrays = {"tbname": pa.array([name for name, _ in latest], pa.string()), **arrays}
         data = pa.table(arrays, schema=arrow_schema(table.columns, with_tbname=is_super))
         keys = ("tbname", pk) if is_super else (pk,)
-        version = self.delta.upsert(table.db, storage, data, keys, delete_unmatched=in_range)
+        version = self.delta.upsert(table.db, storage, data, keys, delete_unmatched=replace_where)
         marks: dict[str, int] = {}
         for name, ts in latest:
             marks[name] = max(ts, marks.get(name, ts))
@@ -288,6 +288,27 @@ class Warehouse:
         merged = {name: max(ts, current.get(name, (ts, 0))[0]) for name, ts in marks.items()}
         self.catalog.record_writes(table.db, storage, merged, version)
         return WriteResult(data.num_rows, True, {f"{table.db}.{storage}": version})
+
+    @staticmethod
+    def range_predicate(table: TableInfo, bounds: tuple[int, int]) -> str:
+        """Rows whose primary key lies in [start, end)."""
+        pk = table.primary_key
+        return f't."{pk}" >= {int(bounds[0])} AND t."{pk}" < {int(bounds[1])}'
+
+    @staticmethod
+    def keys_predicate(table: TableInfo, keys: Sequence[tuple[str, int]]) -> str:
+        """Rows with one of the (table name, primary key) pairs; the name is the child table's
+        for a super table and ignored for a normal one."""
+        pk = table.primary_key
+        by_name: dict[str, set[int]] = {}
+        for name, key in keys:
+            by_name.setdefault(name if table.kind != "normal" else "", set()).add(int(key))
+        parts = []
+        for name, values in sorted(by_name.items()):
+            in_keys = f't."{pk}" IN ({", ".join(str(v) for v in sorted(values))})'
+            quoted = name.replace("'", "''")
+            parts.append(f"""(t."tbname" = '{quoted}' AND {in_keys})""" if name else f"({in_keys})")
+        return " OR ".join(parts) if parts else "FALSE"
 
     def _watermarks(self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool) -> dict[str, int]:
         """tbname → newest timestamp stored. Trusted from the catalog when the catalog has
@@ -319,10 +340,11 @@ class Warehouse:
 
     # ------------------------------------------------------------------ reads (Python side)
 
-    def read_table(self, info: TableInfo) -> pa.Table:
-        """A table's current rows as Arrow (tags joined for super and child tables); for
-        tests and small tools — queries go through Spark."""
-        data = self.delta.read(info.db, info.storage_name)
+    def read_table(self, info: TableInfo, version: int | None = None) -> pa.Table:
+        """A table's rows (current, or as of WAL offset ``version``) as Arrow, tags joined for
+        super and child tables; for the sensor's re-derivation, tests and small tools —
+        queries go through Spark."""
+        data = self.delta.read(info.db, info.storage_name, version=version)
         if info.kind == "normal":
             return data
         children = [info] if info.kind == "child" else self.catalog.child_tables(info.db, info.name)

@@ -17,6 +17,8 @@ MAX_DELAY = "MAX_DELAY"  # an open window computed because MAX_DELAY passed (pro
 WINDOW_OPEN = "WINDOW_OPEN"
 WINDOW_CLOSE = "WINDOW_CLOSE"
 RECALC = "RECALC"  # a closed window computed again (late row or update inside it)
+# a closed window that recalculation showed no longer exists (its output row is retracted)
+WINDOW_INVALIDATION = "WINDOW_INVALIDATION"
 
 
 class TriggerNotBuiltError(Exception):

@@ -26,7 +26,7 @@ from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
-from .engine import RECALC, WINDOW_CLOSE, Change, Fired, TriggerNotBuiltError, WindowTrigger
+from .engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, Change, Fired, TriggerNotBuiltError, WindowTrigger
 from .period import PERIOD_TICK, PeriodState, PeriodTrigger
 from .plan import stream_admission, stream_trigger
 from .replay import replay
@@ -107,10 +107,11 @@ def advance_stream(
         else:
             fired = trigger.advance(state, changes, fired_at)
             if isinstance(trigger, RowWindowTrigger) and state.late_from is not None:
-                # rows out of time order: re-derive this group's windows from the table
-                state, recalculated = _rederive(trigger, rows.all_rows(values), state.late_from)
+                # rows out of time order: re-derive this group's windows from the table, before
+                # and after this tick's records, so windows that vanished are invalidated too
+                before, after = rows.all_rows(values, first - 1), rows.all_rows(values, end)
+                state, fired = _rederive(trigger, before, after, state.late_from)
                 states[group_key] = state
-                fired += recalculated
         queued += [queue_row(f, values, group_id, end, fired_at) for f in fired]
     for group_key, state in states.items():
         delayed = trigger.delayed(state, fired_at)  # type: ignore[arg-type]
@@ -199,13 +200,30 @@ def queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired
     }
 
 
-def _rederive(trigger: RowWindowTrigger, rows: list[RowChange], late_from: int) -> tuple[RowState, list[Fired]]:
-    """Replay the group's rows in time order from a fresh state; the closed windows that end
-    at or after the late row are computed again."""
-    fired, state = replay(trigger, rows)
+def _rederive(
+    trigger: RowWindowTrigger, before: list[RowChange], after: list[RowChange], late_from: int
+) -> tuple[RowState, list[Fired]]:
+    """Replay the group's rows in time order from a fresh state, as they were before the tick
+    and as they are after it; this replaces what the tick's records fired incrementally (that
+    ran on the state before the late rows). Recomputed: closed windows that end at or after the late row
+    (their rows may have changed) and any window that differs from before (a late row can
+    pull an earlier session in). Invalidated: windows that existed before but not any more (a
+    late row can merge two sessions or split a state window)."""
+    fired, state = replay(trigger, after)
     assert isinstance(state, RowState)
-    closes = [f for f in fired if f.event == WINDOW_CLOSE and f.end >= late_from]
-    return state, [Fired(RECALC, f.start, f.end, f.row_count, f.detail) for f in closes]
+    new = [f for f in fired if f.event == WINDOW_CLOSE]
+    old_fired, _ = replay(trigger, before)
+    old = [f for f in old_fired if f.event == WINDOW_CLOSE]
+    unchanged = {(f.start, f.end, f.row_count) for f in old}
+    starts = {f.start for f in new}
+    gone = [Fired(WINDOW_INVALIDATION, f.start, f.end, f.row_count, f.detail) for f in old if f.start not in starts]
+    old_starts = {f.start for f in old}
+    recalculated = [
+        Fired(RECALC if f.start in old_starts else WINDOW_CLOSE, f.start, f.end, f.row_count, f.detail)
+        for f in new
+        if f.end >= late_from or (f.start, f.end, f.row_count) not in unchanged
+    ]
+    return state, gone + recalculated
 
 
 class _GroupedRows:
@@ -218,6 +236,7 @@ class _GroupedRows:
         self.table = table
         self.admission = stream_admission(stream)
         self._children: dict[str, TableInfo | None] = {}
+        self._snapshots: dict[int, dict[str, tuple[list[Any], list[RowChange]]]] = {}
 
     def _table_of(self, tbname: str) -> TableInfo | None:
         if tbname not in self._children:
@@ -261,9 +280,12 @@ class _GroupedRows:
             groups[key][2].append(RowChange(record[pk], kind, values))
         return groups
 
-    def all_groups(self) -> dict[str, tuple[list[Any], list[RowChange]]]:
-        """Every group's current rows from the table, in time order (for re-derivation)."""
-        data = self.warehouse.read_table(self.table).to_pylist()
+    def all_groups(self, version: int) -> dict[str, tuple[list[Any], list[RowChange]]]:
+        """Every group's rows in the table as of WAL offset ``version``, in time order (for
+        re-derivation); read once per version and tick."""
+        if version in self._snapshots:
+            return self._snapshots[version]
+        data = self.warehouse.read_table(self.table, version).to_pylist() if version >= 0 else []
         pk = self.table.primary_key
         groups: dict[str, tuple[list[Any], list[RowChange]]] = {}
         for record in sorted(data, key=lambda r: r[pk]):
@@ -273,10 +295,11 @@ class _GroupedRows:
             group_values = self._group_values(values)
             key = json.dumps(group_values, default=str)
             groups.setdefault(key, (group_values, []))[1].append(RowChange(record[pk], "insert", values))
+        self._snapshots[version] = groups
         return groups
 
-    def all_rows(self, group_values: list[Any]) -> list[RowChange]:
-        found = self.all_groups().get(json.dumps(group_values, default=str))
+    def all_rows(self, group_values: list[Any], version: int) -> list[RowChange]:
+        found = self.all_groups(version).get(json.dumps(group_values, default=str))
         return found[1] if found else []
 
 

@@ -1,0 +1,117 @@
+"""FILL_HISTORY as one bulk run, recalculation that retracts windows which vanished, and the
+Spark bulk path giving the same windows as the incremental engine."""
+
+from __future__ import annotations
+
+from dagster import DagsterRunStatus, RunsFilter
+from sqlalchemy import select
+
+from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream.compute.bulk import derive_windows
+from dagster_tdstream.storage.catalog import triggers_table
+from dagster_tdstream.storage.registry import load_stream
+from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
+from dagster_tdstream.triggers.plan import stream_trigger
+from dagster_tdstream.triggers.replay import replay
+from dagster_tdstream.triggers.rows import RowChange
+
+from .conftest import output
+
+T = 1_700_000_000_000
+
+
+def _runs_by_mode(harness: StreamHarness) -> list[str]:
+    runs = harness.instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
+    return sorted(run.tags.get("tdstream/mode", "") for run in runs)
+
+
+def test_fill_history_is_one_bulk_run_and_the_sensor_continues_its_open_windows(
+    session: Session, harness: StreamHarness
+) -> None:
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1) ({T + 4000}, 2) ({T + 11000}, 3);"
+        f"insert into b values ({T + 1000}, 10) ({T + 21000}, 20);"
+        "create stream h interval(10s) sliding(10s) from st partition by tbname stream_options(fill_history) "
+        "into h_out output_subtable(concat('h_', tbname)) as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    report = harness.run_until_idle()
+    assert report.failures == [] and _runs_by_mode(harness) == ["history"]
+    # closed by the history: a's [T, T+10s); b's [T, T+10s) and its empty [T+10s, T+20s)
+    assert output(session, "select * from h_a") == [(T, 2, 3)]
+    assert output(session, "select * from h_b") == [(T, 1, 10), (T + 10000, 0, None)]
+    # a's open window [T+10s, T+20s) holds a history row: the checkpoint carries it on
+    session.execute(f"insert into a values ({T + 15000}, 4) ({T + 20000}, 5)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from h_a") == [(T, 2, 3), (T + 10000, 2, 7)]
+    assert _runs_by_mode(harness) == ["history", "triggers"]
+
+
+def test_fill_history_state_window_continues_across_the_history_boundary(
+    session: Session, harness: StreamHarness
+) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, s int);"
+        f"insert into t values ({T}, 1) ({T + 1000}, 2) ({T + 2000}, 2);"
+        "create stream h state_window(s) from t stream_options(fill_history_first) into h_out "
+        "as select _twstart, _twend, count(*) n from %%trows"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from h_out") == [(T, T, 1)]
+    session.execute(f"insert into t values ({T + 3000}, 2) ({T + 4000}, 3)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from h_out") == [(T, T, 1), (T + 1000, T + 3000, 3)]
+
+
+def test_a_late_row_merging_two_sessions_retracts_the_vanished_window(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream ss session(ts, 3s) from t into ss_out as select _twstart, _twend, count(*) n from %%trows"
+    )
+    session.execute(f"insert into t values ({T}, 1) ({T + 5000}, 2) ({T + 20000}, 3)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from ss_out") == [(T, T, 1), (T + 5000, T + 5000, 1)]
+    session.execute(f"insert into t values ({T + 2500}, 9)")  # bridges the two sessions
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from ss_out") == [(T, T + 5000, 3)]
+    # the queue says what happened (notifications send it): the old window was invalidated
+    with session.warehouse.catalog.engine.connect() as conn:
+        queued = conn.execute(
+            select(triggers_table.c.event, triggers_table.c.wstart, triggers_table.c.wend, triggers_table.c.status)
+            .where(triggers_table.c.event != WINDOW_CLOSE)
+            .order_by(triggers_table.c.id)
+        ).all()
+    assert [tuple(r) for r in queued] == [
+        (WINDOW_INVALIDATION, T + 5000, T + 5000, "done"),
+        ("RECALC", T, T + 5000, "done"),
+    ]
+
+
+def test_spark_bulk_windows_equal_the_engine_replay(session: Session, spark: object) -> None:
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1) ({T + 3000}, 1) ({T + 1000}, 2) ({T + 7000}, 3) ({T + 8000}, 3);"
+        f"insert into b values ({T}, 5) ({T + 1000}, 5) ({T + 2000}, 6);"
+        "create stream sw state_window(s) true_for(1s) from st partition by tbname, g stream_options(fill_history) "
+        "into sw_out as select _twstart, count(*) from %%trows"
+    )
+    stream = load_stream(session.warehouse, "d.sw")
+    derived = derive_windows(spark, session.warehouse, stream)
+    bulk = sorted(
+        (t["group_values"], t["wstart"], t["wend"], t["row_count"])
+        for t in derived.triggers
+        if t["event"] == WINDOW_CLOSE
+    )
+    data = session.warehouse.read_table(stream.trigger_table).to_pylist()  # type: ignore[arg-type]
+    expected = []
+    for g in (1, 2):
+        group_rows = [RowChange(r["ts"], "insert", r) for r in data if r["g"] == g]
+        fired, _ = replay(stream_trigger(stream), group_rows)
+        expected += [(f'["{"ab"[g - 1]}", {g}]', f.start, f.end, f.row_count) for f in fired if f.event == WINDOW_CLOSE]
+    assert bulk == sorted(expected)
+    # by hand: a is 1@T, 2@T+1s, 1@T+3s, 3@T+7s..8s (open); b is 5@T..T+1s, 6 (open); TRUE_FOR(1s)
+    assert bulk == [('["b", 2]', T, T + 1000, 2)]
+    assert set(derived.states) == {'["a", 1]', '["b", 2]'}
+    assert WINDOW_INVALIDATION not in {t["event"] for t in derived.triggers}
