@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from dagster_tdstream import Session, StreamHarness, Warehouse
-from dagster_tdstream.triggers.period import PeriodState, PeriodTrigger
+from dagster_tdstream import Session, StreamHarness, TDStreamProject, Warehouse, build_definitions
+from dagster_tdstream.triggers.period import PeriodState, PeriodTrigger, cron_schedules
 from dagster_tdstream.triggers.sliding import PointSpec
 
 from .conftest import output
@@ -52,3 +53,54 @@ def test_period_streams_with_and_without_a_trigger_table(warehouse: Warehouse, s
         ("b", ms + 10000, 1, 5),
         ("b", ms + 20000, 0, None),
     ]
+
+
+def test_cron_strings_follow_the_daily_reset_and_fixed_grids() -> None:
+    def crons(step: int, offset: int = 0) -> list[str] | None:
+        return cron_schedules(PointSpec(step, offset, "ns", ZoneInfo("UTC")))
+
+    minute, hour, day = 60 * SECOND, 3600 * SECOND, 86400 * SECOND
+    # 5h30m: 00:00, 05:30, 11:00, 16:30, 22:00, then the grid restarts at midnight
+    assert crons(5 * hour + 30 * minute) == ["0 0,11,22 * * *", "30 5,16 * * *"]
+    assert crons(minute) == ["* * * * *"]
+    assert crons(15 * minute, 5 * minute) == ["5,20,35,50 * * * *"]
+    assert crons(10 * hour, 10 * hour) == ["0 6,10,20 * * *"]  # 10:00, 20:00, then 06:00 (30:00) before the reset
+    assert crons(day, 2 * hour + 30 * minute) == ["30 2 * * *"]
+    assert crons(7 * day, day) == ["0 0 * * 5"]  # the weekly grid counts from Thursday 1970-01-01
+    assert crons(10 * SECOND) is None and crons(minute, SECOND) is None and crons(2 * day) is None
+
+
+def test_a_whole_minute_period_is_a_dagster_schedule(warehouse: Warehouse, spark: object) -> None:
+    session = Session(warehouse, timezone="UTC")
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create stream p period(1m) from st partition by tbname into p_out as "
+        "select cast(_tlocaltime / 1000000 as timestamp) ts, _tprev_localtime / 1000000 prev, count(*) c from %%trows;"
+        "create stream fast period(10s) into fast_out as select cast(_tlocaltime / 1000000 as timestamp) ts, "
+        "count(*) c from st"
+    )
+    defs = build_definitions(TDStreamProject(warehouse=warehouse.uri, timezone="UTC"))
+    assert [(s.name, s.cron_schedule, s.execution_timezone) for s in defs.schedules] == [
+        ("d__p__period", "* * * * *", "UTC")
+    ]
+    assert [s.name for s in defs.sensors] == ["d__fast__trigger"]  # 10s: cron cannot: the timer sensor
+    harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: BASE)
+    assert harness.run_until_idle().runs == 0
+    session.execute("insert into a using st tags (1) values (1700000000000, 1) (1700000001000, 2)")
+    harness.advance_clock(30)
+    harness.run_until_idle()
+    assert session.warehouse.find_table("d", "p_out") is None  # no minute boundary passed yet
+    harness.advance_clock(30)
+    assert harness.run_until_idle().failures == []
+    ms = BASE // 10**6
+    assert output(session, "select ts, prev, c, tag_tbname from p_out") == [(ms + 60000, ms, 2, "a")]
+    # a tick re-evaluated (a daemon retry) fires nothing twice
+    schedule = defs.schedules[0]
+    from dagster import build_schedule_context
+
+    context = build_schedule_context(
+        instance=harness.instance,
+        scheduled_execution_time=datetime.fromtimestamp(BASE / 1e9 + 60, UTC),
+        resources=harness.resources,
+    )
+    assert schedule.evaluate_tick(context).skip_message == "no pending triggers"

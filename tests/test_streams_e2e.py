@@ -108,7 +108,7 @@ def test_ignore_disorder_and_backfill_recalculates_a_partition(
     harness.run_until_idle()
     assert output(session, "select * from out4") == [(T, 1, 1), (T + 10000, 1, 2)]
     # … and materialising the partition holding those windows recomputes them from the data
-    asset = next(a for a, _ in harness._definitions())
+    asset = harness._definitions()[0].asset
     result = materialize(
         [asset], instance=harness.instance, resources=harness.resources, partition_key="2023-11-14-22:00"
     )

@@ -1,4 +1,5 @@
-"""The ``Definitions`` builder: every registered stream as an asset and a trigger sensor.
+"""The ``Definitions`` builder: every registered stream as an asset and a trigger sensor (or,
+for PERIOD streams on a whole-minute grid, a schedule).
 
 ``build_definitions`` applies the ``.sql`` files it is given (idempotently: CREATE … as
 IF NOT EXISTS, so a code-location reload never fails on objects that exist), then builds
@@ -14,14 +15,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import AssetsDefinition, Definitions, SensorDefinition
+from dagster import AssetsDefinition, Definitions, ScheduleDefinition, SensorDefinition
 
 from ..session import Session
+from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_streams
 from ..storage.warehouse import Warehouse
+from ..triggers.period import PeriodTrigger, cron_schedules
+from ..triggers.plan import not_built, stream_trigger
 from .assets import build_stream_asset
 from .partitions import partitions_for
 from .resources import TDStreamSpark, TDStreamWarehouse
+from .schedules import build_period_schedule
 from .sensors import build_trigger_sensor
 from .translator import DagsterTDStreamTranslator
 
@@ -51,26 +56,51 @@ class TDStreamProject:
             session.apply(Path(path).read_text())
 
 
+@dataclass(frozen=True)
+class StreamJob:
+    """A stream in Dagster: its asset and what starts its runs — the trigger sensor, or for a
+    PERIOD that cron can express, a schedule."""
+
+    stream_key: str
+    asset: AssetsDefinition
+    sensor: SensorDefinition | None = None
+    schedule: ScheduleDefinition | None = None
+
+
 def stream_definitions(
     warehouse: Warehouse,
     streams: Iterable[StreamDefinition],
     translator: DagsterTDStreamTranslator,
     partition_grain: str | None = None,
     clock: Callable[[], int] = time.time_ns,
-) -> tuple[list[AssetsDefinition], list[SensorDefinition]]:
-    assets, sensors = [], []
+) -> list[StreamJob]:
+    jobs = []
     for stream in streams:
         spec = translator.get_asset_spec(stream)
         partitions = partitions_for(warehouse, stream, partition_grain)
         name = _identifier(f"{stream.db}__{stream.name}")
         asset = build_stream_asset(stream.key, spec, partitions, name)
-        assets.append(asset)
-        sensors.append(
-            build_trigger_sensor(
-                stream.key, asset, partitions, f"{name}__trigger", running=stream.info.status != "Stopped", clock=clock
+        running = stream.info.status != "Stopped"
+        crons = _period_crons(stream)
+        if crons is not None:
+            zone = resolve_timezone(stream.info.timezone).key
+            schedule = build_period_schedule(
+                stream.key, asset, partitions, f"{name}__period", crons, zone, running=running
             )
-        )
-    return assets, sensors
+            jobs.append(StreamJob(stream.key, asset, schedule=schedule))
+            continue
+        sensor = build_trigger_sensor(stream.key, asset, partitions, f"{name}__trigger", running=running, clock=clock)
+        jobs.append(StreamJob(stream.key, asset, sensor=sensor))
+    return jobs
+
+
+def _period_crons(stream: StreamDefinition) -> list[str] | None:
+    """Cron strings for a PERIOD stream whose grid cron can express; None otherwise (other
+    triggers, sub-minute periods: the trigger sensor's timer)."""
+    if not_built(stream.stmt):
+        return None
+    trigger = stream_trigger(stream)
+    return cron_schedules(trigger.spec) if isinstance(trigger, PeriodTrigger) else None
 
 
 def build_definitions(
@@ -79,12 +109,13 @@ def build_definitions(
     project = project or TDStreamProject()
     warehouse = project.open_warehouse()
     project.apply_sql_files(warehouse)
-    assets, sensors = stream_definitions(
+    jobs = stream_definitions(
         warehouse, load_streams(warehouse), translator or DagsterTDStreamTranslator(), project.partition_grain
     )
     return Definitions(
-        assets=assets,
-        sensors=sensors,
+        assets=[job.asset for job in jobs],
+        sensors=[job.sensor for job in jobs if job.sensor is not None],
+        schedules=[job.schedule for job in jobs if job.schedule is not None],
         resources={
             "tdstream_warehouse": TDStreamWarehouse(
                 uri=warehouse.uri, metadata_url=project.metadata_url, timezone=project.timezone

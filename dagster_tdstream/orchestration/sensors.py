@@ -17,6 +17,7 @@ from typing import Any
 
 from dagster import (
     AssetsDefinition,
+    DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -113,43 +114,47 @@ def build_trigger_sensor(
         except TriggerNotBuiltError as exc:
             return SkipReason(f"stream {stream_key} cannot run: {exc}")
         new_cursor = TriggerCursor(offset).dump()
-        pending = warehouse.catalog.pending_triggers(stream.key)
-        if not pending:
-            return SensorResult(skip_reason=SkipReason("no pending triggers"), cursor=new_cursor)
-        active = context.instance.get_runs(
-            filters=RunsFilter(tags={STREAM_TAG: stream_key}, statuses=ACTIVE_STATUSES), limit=1
-        )
-        if active:
-            return SensorResult(
-                skip_reason=SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}"),
-                cursor=new_cursor,
-            )
-        # the run key names the batch and the attempt: a retried tick launches nothing twice,
-        # while a batch whose run failed is tried again, a bounded number of times
-        batch = f"{pending[0]['id']}-{pending[-1]['id']}"
-        failed = _failed_runs(context, stream_key, batch)
-        if len(failed) >= MAX_ATTEMPTS:
-            return SensorResult(
-                skip_reason=SkipReason(
-                    f"stream {stream_key}: the run for triggers {batch} failed {len(failed)} times "
-                    f"(last: run {failed[0].run_id}); fix the cause, then write new data or rerun that run"
-                ),
-                cursor=new_cursor,
-            )
-        starts = [int(t["wstart"]) for t in pending if t["wstart"] is not None]
-        tags = {STREAM_TAG: stream_key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: batch}
-        tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
-        run = RunRequest(run_key=f"{stream_key}:{batch}:{len(failed)}", tags=tags)
-        return SensorResult(run_requests=[run], cursor=new_cursor)
+        answer = pending_run(context.instance, warehouse, stream, partitions)
+        if isinstance(answer, SkipReason):
+            return SensorResult(skip_reason=answer, cursor=new_cursor)
+        return SensorResult(run_requests=[answer], cursor=new_cursor)
 
     return trigger_sensor
 
 
-def _failed_runs(context: SensorEvaluationContext, stream_key: str, batch: str) -> list[Any]:
-    return list(
-        context.instance.get_runs(
-            filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES)
+def pending_run(
+    instance: DagsterInstance,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    partitions: TimeWindowPartitionsDefinition,
+) -> RunRequest | SkipReason:
+    """The run that computes the stream's pending triggers, or why there is none now: nothing
+    pending, a run of the stream still active (back-pressure: the next run takes them all), or
+    the batch failed too often."""
+    pending = warehouse.catalog.pending_triggers(stream.key)
+    if not pending:
+        return SkipReason("no pending triggers")
+    active = instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream.key}, statuses=ACTIVE_STATUSES), limit=1)
+    if active:
+        return SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}")
+    # the run key names the batch and the attempt: a retried tick launches nothing twice,
+    # while a batch whose run failed is tried again, a bounded number of times
+    batch = f"{pending[0]['id']}-{pending[-1]['id']}"
+    failed = _failed_runs(instance, stream.key, batch)
+    if len(failed) >= MAX_ATTEMPTS:
+        return SkipReason(
+            f"stream {stream.key}: the run for triggers {batch} failed {len(failed)} times "
+            f"(last: run {failed[0].run_id}); fix the cause, then write new data or rerun that run"
         )
+    starts = [int(t["wstart"]) for t in pending if t["wstart"] is not None]
+    tags = {STREAM_TAG: stream.key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: batch}
+    tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
+    return RunRequest(run_key=f"{stream.key}:{batch}:{len(failed)}", tags=tags)
+
+
+def _failed_runs(instance: DagsterInstance, stream_key: str, batch: str) -> list[Any]:
+    return list(
+        instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES))
     )
 
 
@@ -181,7 +186,7 @@ def _history(
             cursor=waiting,
         )
     batch = f"history-{history}"
-    failed = _failed_runs(context, stream.key, batch)
+    failed = _failed_runs(context.instance, stream.key, batch)
     if len(failed) >= MAX_ATTEMPTS:
         return cursor, SensorResult(
             skip_reason=SkipReason(

@@ -452,6 +452,16 @@ class Catalog:
                     )
                 )
 
+    def latest_checkpoint_offset(self, stream: str) -> int | None:
+        """The newest offset a state was checkpointed at (a schedule's PERIOD tick has no
+        cursor of its own: it continues from here)."""
+        from sqlalchemy import func
+
+        with self._conn(None) as c:
+            return c.execute(
+                select(func.max(checkpoints_table.c.offset)).where(checkpoints_table.c.stream == stream)
+            ).scalar_one()
+
     def load_checkpoint(self, stream: str, offset: int) -> dict[str, Any] | None:
         with self._conn(None) as c:
             row = c.execute(

@@ -1,7 +1,8 @@
 """Headless mode: drive every registered stream's sensor and runs in-process.
 
 ``StreamHarness`` builds the same definitions a code location would, evaluates each trigger
-sensor with Dagster's sensor context (keeping the cursors as the daemon would), and executes
+sensor with Dagster's sensor context (keeping the cursors as the daemon would) and each PERIOD
+schedule at the cron ticks the harness clock passed, and executes
 the runs the sensors request with ``materialize`` against a Dagster instance, until no sensor
 has anything left to do. Used by the tests, the conformance runner and ``tdstream run
 --until-idle``. The processing-time clock is injectable for behaviour that depends on it.
@@ -9,21 +10,25 @@ has anything left to do. Used by the tests, the conformance runner and ``tdstrea
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from dagster import (
     AssetsDefinition,
     DagsterInstance,
     RunRequest,
-    SensorDefinition,
+    ScheduleDefinition,
+    build_schedule_context,
     build_sensor_context,
     materialize,
 )
+from dagster._utils.schedules import schedule_execution_time_iterator
 
-from ..orchestration.definitions import stream_definitions
+from ..orchestration.definitions import StreamJob, stream_definitions
 from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
 from ..orchestration.translator import DagsterTDStreamTranslator
 from ..storage.registry import load_streams
@@ -52,7 +57,12 @@ class StreamHarness:
     ) -> None:
         self.log_level = log_level
         self.warehouse = warehouse
-        self.instance = instance or DagsterInstance.ephemeral()
+        if instance is None:
+            # a persistent instance in a temporary folder: schedule contexts load the instance
+            # by reference, which an ephemeral one does not have
+            self._instance_dir = tempfile.TemporaryDirectory(prefix="tdstream-dagster-")
+            instance = DagsterInstance.local_temp(self._instance_dir.name)
+        self.instance = instance
         self._clock = clock
         self.skew_ns = 0  # processing time moved forward by ``advance_clock``
         self.translator = translator or DagsterTDStreamTranslator()
@@ -63,6 +73,7 @@ class StreamHarness:
             "tdstream_spark": TDStreamSpark(master=spark_master),
         }
         self.cursors: dict[str, str | None] = {}
+        self.schedule_marks: dict[str, float] = {}  # schedule → processing time (s) last looked at
 
     def clock(self) -> int:
         """Processing time as the streams see it (ns)."""
@@ -72,34 +83,61 @@ class StreamHarness:
         """Move processing time forward, e.g. past a MAX_DELAY, without waiting."""
         self.skew_ns += int(seconds * 1e9)
 
-    def _definitions(self) -> list[tuple[AssetsDefinition, SensorDefinition]]:
+    def _definitions(self) -> list[StreamJob]:
         # rebuilt every round: streams created or dropped meanwhile appear or go, as on a reload
-        assets, sensors = stream_definitions(
-            self.warehouse, load_streams(self.warehouse), self.translator, clock=self.clock
-        )
-        return list(zip(assets, sensors, strict=True))
+        return stream_definitions(self.warehouse, load_streams(self.warehouse), self.translator, clock=self.clock)
 
     def tick(self, report: HarnessReport | None = None) -> list[tuple[AssetsDefinition, RunRequest]]:
-        """Evaluate every trigger sensor once; return the runs they request."""
+        """Evaluate every trigger sensor once, and every schedule at its latest cron tick since
+        the previous round (missed ticks collapse, as the daemon does); return the runs they
+        request."""
         report = report or HarnessReport()
         requests = []
-        for asset, sensor_def in self._definitions():
-            context = build_sensor_context(
-                instance=self.instance,
-                cursor=self.cursors.get(sensor_def.name),
-                sensor_name=sensor_def.name,
-                resources=self.resources,
-            )
-            data = sensor_def.evaluate_tick(context)
-            report.ticks += 1
-            if data.cursor is not None:
-                self.cursors[sensor_def.name] = data.cursor
-            if data.skip_message:
-                report.skipped[sensor_def.name] = data.skip_message
+        for job in self._definitions():
+            if job.sensor is not None:
+                data = job.sensor.evaluate_tick(
+                    build_sensor_context(
+                        instance=self.instance,
+                        cursor=self.cursors.get(job.sensor.name),
+                        sensor_name=job.sensor.name,
+                        resources=self.resources,
+                    )
+                )
+                if data.cursor is not None:
+                    self.cursors[job.sensor.name] = data.cursor
+                name = job.sensor.name
             else:
-                report.skipped.pop(sensor_def.name, None)
-            requests += [(asset, request) for request in data.run_requests or []]
+                assert job.schedule is not None
+                due = self._due_tick(job.schedule)
+                if due is None:
+                    continue
+                data = job.schedule.evaluate_tick(
+                    build_schedule_context(
+                        instance=self.instance, scheduled_execution_time=due, resources=self.resources
+                    )
+                )
+                name = job.schedule.name
+            report.ticks += 1
+            if data.skip_message:
+                report.skipped[name] = data.skip_message
+            else:
+                report.skipped.pop(name, None)
+            requests += [(job.asset, request) for request in data.run_requests or []]
         return requests
+
+    def _due_tick(self, schedule: ScheduleDefinition) -> datetime | None:
+        """The latest cron tick after the schedule was last looked at, up to now; a schedule
+        seen for the first time starts now (its stream's ticks start after it exists)."""
+        now = self.clock() / 1e9
+        last = self.schedule_marks.setdefault(schedule.name, now)
+        self.schedule_marks[schedule.name] = now
+        due = None
+        for at in schedule_execution_time_iterator(last, schedule.cron_schedule, schedule.execution_timezone):
+            if at.timestamp() > now:
+                break
+            if at.timestamp() > last:
+                due = at
+        return due
 
     def run(self, asset: AssetsDefinition, request: RunRequest, report: HarnessReport) -> None:
         result = materialize(

@@ -6,8 +6,11 @@ start after the stream exists. A tick fires one trigger per group: the single gr
 a trigger table, otherwise every group the trigger table has shown (with rows since the last
 tick, or all known groups unless IGNORE_NODATA_TRIGGER). ``%%trows`` are the trigger table's
 rows written between the two ticks, i.e. the WAL records of the offsets the tick consumed.
-The trigger sensor evaluates ticks on its own cadence: a best-effort timer, so a tick runs
-when the sensor next runs at or after its time, and missed ticks collapse into the latest.
+Where cron can express the grid (whole minutes), ``cron_schedules`` gives the cron strings and
+the stream runs as a Dagster schedule, one evaluation per tick (``PeriodTrigger.at``).
+Otherwise (sub-minute periods, second offsets, multi-day steps cron cannot count) the trigger
+sensor is a best-effort timer (``PeriodTrigger.due``): a tick runs when the sensor next runs
+at or after its time, and missed ticks collapse into the latest.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..sql.timeunits import DAY_NANOS
 from .sliding import PointSpec
+
+_MINUTE = 60 * 10**9
+_WEEK = 7 * DAY_NANOS
+_EPOCH_WEEKDAY = 4  # 1970-01-01, where the grid of steps of a day or more is anchored, was a Thursday
 
 PERIOD_TICK = "ON_TIME"
 
@@ -57,3 +65,44 @@ class PeriodTrigger:
             tick = self.spec.after(tick)
         state.next_tick = self.spec.after(tick)
         return tick
+
+    def at(self, state: PeriodState, tick: int) -> int | None:
+        """A schedule's evaluation at ``tick``: fires it unless it already fired (a re-evaluated
+        tick fires nothing twice); the next tick is the one after it."""
+        if state.next_tick is not None and tick < state.next_tick:
+            return None
+        state.next_tick = self.spec.after(tick)
+        return tick
+
+
+def cron_schedules(spec: PointSpec) -> list[str] | None:
+    """The cron strings (in the stream's time zone) firing exactly on the tick grid, or None
+    when cron cannot express it: a step or offset that is not whole minutes, or a step of
+    more than a day other than a week."""
+    if spec.step % _MINUTE or spec.offset % _MINUTE:
+        return None
+    step, offset = spec.step // _MINUTE, spec.offset // _MINUTE
+    day = DAY_NANOS // _MINUTE
+    if spec.step >= DAY_NANOS:
+        minute, hour = offset % 60, (offset // 60) % 24
+        if spec.step == DAY_NANOS:
+            return [f"{minute} {hour} * * *"]
+        if spec.step == _WEEK:
+            weekday = (_EPOCH_WEEKDAY + offset // day) % 7
+            return [f"{minute} {hour} * * {weekday}"]
+        return None
+    # under a day: the grid restarts at each local midnight plus the offset
+    minutes_of_day = sorted({(offset + k * step) % day for k in range(-(-day // step))})
+    hours_by_minute: dict[int, list[int]] = {}
+    for value in minutes_of_day:
+        hours_by_minute.setdefault(value % 60, []).append(value // 60)
+    minutes_by_hours: dict[tuple[int, ...], list[int]] = {}
+    for minute, hours in sorted(hours_by_minute.items()):
+        minutes_by_hours.setdefault(tuple(hours), []).append(minute)
+    return [
+        f"{_field(minutes, 60)} {_field(list(hours), 24)} * * *" for hours, minutes in sorted(minutes_by_hours.items())
+    ]
+
+
+def _field(values: list[int], size: int) -> str:
+    return "*" if len(values) == size else ",".join(str(v) for v in values)

@@ -68,12 +68,14 @@ def advance_stream(
     *,
     max_offsets: int = 50,
     clock: Callable[[], int] = time.time_ns,
+    tick_at: int | None = None,
 ) -> TickResult:
     """Process at most ``max_offsets`` WAL offsets after ``last_offset`` (None: the stream has
-    processed nothing yet) and queue the triggers they fire."""
+    processed nothing yet) and queue the triggers they fire. ``tick_at`` (ns): a PERIOD
+    schedule's evaluation of that tick (without it, PERIOD ticks run on the ``clock`` timer)."""
     trigger = stream_trigger(stream)
     if isinstance(trigger, PeriodTrigger):
-        return _advance_period(warehouse, stream, trigger, last_offset, clock)
+        return _advance_period(warehouse, stream, trigger, last_offset, clock, tick_at)
     table = stream.trigger_table
     if table is None:
         raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
@@ -130,6 +132,7 @@ def _advance_period(
     trigger: PeriodTrigger,
     last_offset: int | None,
     clock: Callable[[], int],
+    tick_at: int | None,
 ) -> TickResult:
     """A PERIOD tick: on processing time, one trigger per group, consuming the trigger
     table's WAL written since the previous tick (``%%trows``)."""
@@ -141,7 +144,7 @@ def _advance_period(
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
     state = PeriodState.from_json(saved) if saved else PeriodState()
     now = clock()
-    tick = trigger.due(state, now)
+    tick = trigger.at(state, tick_at) if tick_at is not None else trigger.due(state, now)
     end = first - 1
     queued: list[dict[str, Any]] = []
     if tick is not None:
