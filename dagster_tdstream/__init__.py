@@ -1,26 +1,54 @@
 """dagster-tdstream: TDengine's stream computing on Dagster, Spark and Delta Lake.
 
 The public surface is what this module re-exports; ``tests/test_public_api.py`` pins it.
+Exports load on first use (PEP 562): Spark's Python workers import the trigger modules to run
+the window state machines, and must not pay for importing Dagster with them.
 """
 
-from .compute.spark import build_spark_session as build_spark_session
-from .errors import CatalogError as CatalogError
-from .errors import QueryError as QueryError
-from .errors import SqlSyntaxError as SqlSyntaxError
-from .errors import StreamValidationError as StreamValidationError
-from .errors import TDStreamError as TDStreamError
-from .errors import WriteRejectedError as WriteRejectedError
-from .orchestration.definitions import TDStreamProject as TDStreamProject
-from .orchestration.definitions import build_definitions as build_definitions
-from .orchestration.resources import TDStreamSpark as TDStreamSpark
-from .orchestration.resources import TDStreamWarehouse as TDStreamWarehouse
-from .orchestration.translator import DagsterTDStreamTranslator as DagsterTDStreamTranslator
-from .results import Result as Result
-from .session import Session as Session
-from .sql.parser import parse_script as parse_script
-from .sql.parser import parse_statement as parse_statement
-from .storage.warehouse import Warehouse as Warehouse
-from .testing.harness import StreamHarness as StreamHarness
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, for type checkers and editors
+    from .compute.spark import build_spark_session
+    from .errors import (
+        CatalogError,
+        QueryError,
+        SqlSyntaxError,
+        StreamValidationError,
+        TDStreamError,
+        WriteRejectedError,
+    )
+    from .orchestration.definitions import TDStreamProject, build_definitions
+    from .orchestration.resources import TDStreamSpark, TDStreamWarehouse
+    from .orchestration.translator import DagsterTDStreamTranslator
+    from .results import Result
+    from .session import Session
+    from .sql.parser import parse_script, parse_statement
+    from .storage.warehouse import Warehouse
+    from .testing.harness import StreamHarness
+
+_EXPORTS = {
+    "CatalogError": ".errors",
+    "DagsterTDStreamTranslator": ".orchestration.translator",
+    "QueryError": ".errors",
+    "Result": ".results",
+    "Session": ".session",
+    "SqlSyntaxError": ".errors",
+    "StreamHarness": ".testing.harness",
+    "StreamValidationError": ".errors",
+    "TDStreamError": ".errors",
+    "TDStreamProject": ".orchestration.definitions",
+    "TDStreamSpark": ".orchestration.resources",
+    "TDStreamWarehouse": ".orchestration.resources",
+    "Warehouse": ".storage.warehouse",
+    "WriteRejectedError": ".errors",
+    "build_definitions": ".orchestration.definitions",
+    "build_spark_session": ".compute.spark",
+    "parse_script": ".sql.parser",
+    "parse_statement": ".sql.parser",
+}
 
 __all__ = [
     "CatalogError",
@@ -42,3 +70,16 @@ __all__ = [
     "parse_script",
     "parse_statement",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

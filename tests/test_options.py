@@ -121,3 +121,27 @@ def test_delete_output_table_follows_dropped_child_tables(session: Session, harn
     session.execute("drop table a")
     names = {r[0] for r in session.query("show tables").rows}
     assert "k_a" in names and "g_a" not in names and "a" not in names
+
+
+def test_a_trigger_that_cannot_be_evaluated_is_a_stream_error_not_a_crash(
+    session: Session, harness: StreamHarness
+) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int, c varchar(8));"
+        "create stream ev event_window(start with ascii(c) > 3 end with v < 0) from t into ev_out "
+        "as select _twstart, count(*) from %%trows;"
+        "create stream ok state_window(v) from t into ok_out as select _twstart, count(*) n from %%trows"
+    )
+    session.execute(f"insert into t values ({T}, 1, 'abcd') ({T + 1000}, 2, 'x')")
+    report = harness.run_until_idle()
+    assert report.failures == []  # the other stream ran
+    assert output(session, "select * from ok_out") == [(T, 1)]
+    shown = {r[0]: (r[4], r[6]) for r in session.query("show d.streams").rows}
+    assert shown["ok"] == ("Running", None)
+    status, error = shown["ev"]
+    assert (
+        status == "Failed"
+        and error.startswith("trigger tick failed: ")
+        and "ascii() is not supported in trigger conditions (at line 1, column " in error
+    )
+    assert "d__ev__trigger" in report.skipped and "cannot run" in report.skipped["d__ev__trigger"]

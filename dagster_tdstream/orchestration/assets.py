@@ -9,8 +9,10 @@ run of a partition or a range — a UI launch, a backfill, ``dagster asset mater
 from the table data and overwrites that range of the output in one commit.
 """
 
+import time
 from collections.abc import Iterator
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetExecutionContext,
@@ -24,9 +26,10 @@ from dagster import (
 )
 
 from ..compute.bulk import derive_windows
-from ..compute.run import compute_triggers, triggers_for_range
+from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
 from ..sql.timeunits import resolve_timezone
-from ..storage.registry import load_stream
+from ..storage.registry import StreamDefinition, load_stream
+from ..storage.warehouse import Warehouse
 from .partitions import to_event_time
 from .resources import TDStreamSpark, TDStreamWarehouse
 
@@ -55,27 +58,14 @@ def build_stream_asset(
         spark = tdstream_spark.spark_session
         # the stream's literals are read in the time zone of the session that created it
         zone = resolve_timezone(stream.info.timezone) if stream.info.timezone else tdstream_warehouse.zone()
-        metadata: dict[str, Any]
-        if context.run.tags.get(MODE_TAG) == TRIGGERS_MODE:
-            pending = warehouse.catalog.pending_triggers(stream.key)
-            outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
-            warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id)
-            metadata = {"tdstream/mode": "triggers"}
-        elif context.run.tags.get(MODE_TAG) == HISTORY_MODE:
-            # FILL_HISTORY: every window of the data up to the offset, derived in bulk; the
-            # checkpoint is written after the output commit, so a failed run is simply redone
-            history = int(context.run.tags[HISTORY_TAG])
-            derived = derive_windows(spark, warehouse, stream, version=history)
-            outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone)
-            warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
-            metadata = {"tdstream/mode": "history", "tdstream/history_offset": history}
-            metadata["tdstream/groups"] = derived.groups
-        else:
-            window = context.partition_time_window
-            start, end = to_event_time(window.start, stream.precision), to_event_time(window.end, stream.precision)
-            triggers = triggers_for_range(spark, warehouse, stream, start, end)
-            outcome = compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end))
-            metadata = {"tdstream/mode": "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
+        try:
+            outcome, metadata = _compute(context, spark, warehouse, stream, zone)
+        except Exception as exc:
+            # recorded on the stream (SHOW STREAMS: Failed, with the reason), then the run fails
+            warehouse.catalog.set_stream_error(stream.key, f"run {context.run.run_id} failed: {exc}")
+            raise
+        if stream.info.last_error:
+            warehouse.catalog.set_stream_error(stream.key, None)
         context.log.info(
             f"stream {stream.key}: {outcome.windows} window(s) computed, {outcome.rows_written} row(s) written"
         )
@@ -92,3 +82,35 @@ def build_stream_asset(
         yield MaterializeResult(asset_key=spec.key, metadata=metadata)
 
     return stream_asset
+
+
+def _compute(
+    context: AssetExecutionContext, spark: Any, warehouse: Warehouse, stream: StreamDefinition, zone: ZoneInfo
+) -> tuple[RunOutcome, dict[str, Any]]:
+    """The run's work by mode: pending triggers, the history, or a partition range."""
+    metadata: dict[str, Any]
+    if context.run.tags.get(MODE_TAG) == TRIGGERS_MODE:
+        pending = warehouse.catalog.pending_triggers(stream.key)
+        outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
+        warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id)
+        metadata = {"tdstream/mode": "triggers"}
+    elif context.run.tags.get(MODE_TAG) == HISTORY_MODE:
+        # FILL_HISTORY: every window of the data up to the offset, derived in bulk; the
+        # checkpoint is written after the output commit, so a failed run is simply redone
+        history = int(context.run.tags[HISTORY_TAG])
+        started = time.perf_counter()
+        derived = derive_windows(spark, warehouse, stream, version=history)
+        derived_at = time.perf_counter()
+        outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone)
+        warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
+        metadata = {"tdstream/mode": "history", "tdstream/history_offset": history}
+        metadata["tdstream/groups"] = derived.groups
+        metadata["tdstream/derive_seconds"] = round(derived_at - started, 2)
+        metadata["tdstream/compute_seconds"] = round(time.perf_counter() - derived_at, 2)
+    else:
+        window = context.partition_time_window
+        start, end = to_event_time(window.start, stream.precision), to_event_time(window.end, stream.precision)
+        triggers = triggers_for_range(spark, warehouse, stream, start, end)
+        outcome = compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end))
+        metadata = {"tdstream/mode": "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
+    return outcome, metadata

@@ -21,10 +21,9 @@ from dagster import (
 
 from ..errors import TDStreamError
 from ..storage.registry import load_stream
-from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
 from .resources import TDStreamWarehouse
-from .sensors import pending_run
+from .sensors import pending_run, tick_failed, tick_succeeded
 
 
 def build_period_schedule(
@@ -60,8 +59,9 @@ def build_period_schedule(
         last = warehouse.catalog.latest_checkpoint_offset(stream.key)
         try:
             advance_stream(warehouse, stream, last, tick_at=tick)
-        except TriggerNotBuiltError as exc:
-            return SkipReason(f"stream {stream_key} cannot run: {exc}")
+        except Exception as exc:
+            return tick_failed(warehouse, stream_key, exc)
+        tick_succeeded(warehouse, stream)
         return pending_run(context.instance, warehouse, stream, partitions)
 
     return period_schedule

@@ -111,8 +111,9 @@ def build_trigger_sensor(
                 offset = tick.offset
                 if caught_up or time.monotonic() > deadline:
                     break
-        except TriggerNotBuiltError as exc:
-            return SkipReason(f"stream {stream_key} cannot run: {exc}")
+        except Exception as exc:
+            return tick_failed(warehouse, stream_key, exc)
+        tick_succeeded(warehouse, stream)
         new_cursor = TriggerCursor(offset).dump()
         answer = pending_run(context.instance, warehouse, stream, partitions)
         if isinstance(answer, SkipReason):
@@ -120,6 +121,24 @@ def build_trigger_sensor(
         return SensorResult(run_requests=[answer], cursor=new_cursor)
 
     return trigger_sensor
+
+
+TICK_ERROR = "trigger tick failed: "
+
+
+def tick_failed(warehouse: Warehouse, stream_key: str, exc: Exception) -> SkipReason:
+    """A tick that cannot advance (a dropped trigger table, a value the trigger cannot
+    evaluate): recorded on the stream — SHOW STREAMS says Failed with the reason — and
+    reported as the tick's skip reason, so the daemon goes on with the other streams."""
+    reason = str(exc) if isinstance(exc, TDStreamError | TriggerNotBuiltError) else f"{type(exc).__name__}: {exc}"
+    warehouse.catalog.set_stream_error(stream_key, TICK_ERROR + reason)
+    return SkipReason(f"stream {stream_key} cannot run: {reason}")
+
+
+def tick_succeeded(warehouse: Warehouse, stream: StreamDefinition) -> None:
+    """A tick that advanced clears a tick error (a run's error stays until a run succeeds)."""
+    if stream.info.last_error and stream.info.last_error.startswith(TICK_ERROR):
+        warehouse.catalog.set_stream_error(stream.key, None)
 
 
 def pending_run(

@@ -100,6 +100,8 @@ streams_table = Table(
     Column("start_offset", Integer, nullable=False, default=0),
     # the session time zone at CREATE: the stream's time literals are read in it
     Column("timezone", String(64)),
+    # why the stream's last trigger tick or run failed (cleared by the next success)
+    Column("last_error", Text),
 )
 
 checkpoints_table = Table(
@@ -173,6 +175,7 @@ class StreamInfo:
     created_at: int
     start_offset: int = 0
     timezone: str | None = None
+    last_error: str | None = None
 
     @property
     def key(self) -> str:
@@ -180,7 +183,9 @@ class StreamInfo:
 
 
 def _stream_info(row: Any) -> StreamInfo:
-    return StreamInfo(row.db, row.name, row.sql, row.status, row.created_at, row.start_offset, row.timezone)
+    return StreamInfo(
+        row.db, row.name, row.sql, row.status, row.created_at, row.start_offset, row.timezone, row.last_error
+    )
 
 
 def table_uid(db: str, name: str, created_at: int) -> int:
@@ -196,6 +201,21 @@ class Catalog:
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
         _meta.create_all(self.engine)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Catalogs written by an earlier version lack the nullable columns added since:
+        ``create_all`` makes missing tables only, so the columns are added here."""
+        from sqlalchemy import inspect, text
+
+        inspector = inspect(self.engine)
+        with self.engine.begin() as conn:
+            for table in _meta.sorted_tables:
+                present = {c["name"] for c in inspector.get_columns(table.name)}
+                for column in table.columns:
+                    if column.name not in present and column.nullable:
+                        kind = column.type.compile(dialect=self.engine.dialect)
+                        conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -537,6 +557,22 @@ class Catalog:
                 update(streams_table)
                 .where(and_(streams_table.c.db == db, streams_table.c.name == name))
                 .values(status=status)
+            )
+
+    def set_stream_error(self, key: str, error: str | None) -> None:
+        """Record why the stream's last tick or run failed; None clears it."""
+        db, _, name = key.partition(".")
+        with self.transaction() as conn:
+            conn.execute(
+                update(streams_table)
+                .where(
+                    and_(
+                        streams_table.c.db == db,
+                        streams_table.c.name == name,
+                        streams_table.c.last_error.is_distinct_from(error),
+                    )
+                )
+                .values(last_error=error)
             )
 
     @contextmanager

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..errors import CatalogError
 from ..sql.ast import ColumnDef, DataType
+from .catalog import StreamInfo
 from .warehouse import Warehouse
 
 SYSTEM_DB = "information_schema"
@@ -42,6 +43,7 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
     "ins_streams": (
         ColumnDef("stream_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
         ColumnDef("sql", _name(65535)), ColumnDef("status", _name(20)), ColumnDef("pending_triggers", BIGINT),
+        ColumnDef("last_error", _name(4096)),
     ),
 }  # fmt: skip
 
@@ -105,9 +107,14 @@ def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
 
 def _streams(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     return [
-        [s.name, s.db, s.created_at, s.sql, s.status, warehouse.catalog.count_pending(s.key)]
+        [s.name, s.db, s.created_at, s.sql, _status(s), warehouse.catalog.count_pending(s.key), s.last_error]
         for s in warehouse.catalog.list_streams(db)
     ]
+
+
+def _status(stream: StreamInfo) -> str:
+    """Failed while its last tick or run failed; otherwise what START/STOP set."""
+    return "Failed" if stream.last_error and stream.status == "Running" else stream.status
 
 
 _ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {

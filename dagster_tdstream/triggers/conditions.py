@@ -60,7 +60,13 @@ def _eval(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             return None if args[0] is None else getattr(str(args[0]), expr.name)()
         if expr.name == "length" and len(args) == 1:
             return None if args[0] is None else len(str(args[0]).encode())
-    raise ConditionError(f"{type(expr).__name__} is not supported in trigger conditions")
+        raise ConditionError(f"{expr.name}() is not supported in trigger conditions{_at(expr)}")
+    raise ConditionError(f"{type(expr).__name__} is not supported in trigger conditions{_at(expr)}")
+
+
+def _at(expr: ast.Expr) -> str:
+    """Where in the CREATE STREAM statement the expression is (when the parser recorded it)."""
+    return f" (at line {expr.pos.line}, column {expr.pos.column})" if expr.pos.line else ""
 
 
 def _binary(expr: ast.Binary, row: Mapping[str, Any]) -> Any:

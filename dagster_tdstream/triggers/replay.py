@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..sql import ast
+from ..sql.walk import walk
 from .conditions import holds
 from .engine import Fired, GroupState, WindowTrigger
 from .period import PeriodTrigger
-from .rows import RowChange, RowState, RowWindowTrigger
+from .rows import CountTrigger, EventTrigger, RowChange, RowState, RowWindowTrigger, StateTrigger
 from .sliding import PointState, SlidingPointTrigger
 
 EventTimeTrigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger
@@ -36,6 +37,21 @@ class Admission:
         if self.history_start is not None and ts < self.history_start:
             return False
         return self.pre_filter is None or holds(self.pre_filter, values)
+
+
+def columns_read(trigger: EventTimeTrigger, admission: Admission) -> set[str]:
+    """The row values a trigger and its admission rule look at (besides the timestamp): what a
+    bulk path has to hand over per row."""
+    names: set[str] = set()
+    if isinstance(trigger, StateTrigger):
+        names.add(trigger.column)
+    elif isinstance(trigger, EventTrigger):
+        names.update(trigger.condition_columns)
+    elif isinstance(trigger, CountTrigger):
+        names.update(trigger.columns)
+    if admission.pre_filter is not None:
+        names.update(n.name.lower() for n in walk(admission.pre_filter) if isinstance(n, ast.Column))
+    return names
 
 
 def replay(trigger: EventTimeTrigger | PeriodTrigger, rows: Iterable[RowChange]) -> tuple[list[Fired], TriggerState]:
