@@ -145,3 +145,23 @@ def test_a_trigger_that_cannot_be_evaluated_is_a_stream_error_not_a_crash(
         and "ascii() is not supported in trigger conditions (at line 1, column " in error
     )
     assert "d__ev__trigger" in report.skipped and "cannot run" in report.skipped["d__ev__trigger"]
+
+
+def test_low_latency_calc_runs_each_trigger_at_once(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream batched interval(10s) sliding(10s) from t into b_out as select _twstart, sum(v) s from %%trows;"
+        "create stream quick interval(10s) sliding(10s) from t stream_options(low_latency_calc) into q_out "
+        "as select _twstart, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into t values ({T}, 1) ({T + 10000}, 2) ({T + 20000}, 3) ({T + 30000}, 4)")
+    report = harness.run_until_idle()
+    assert report.failures == []
+    expected = [(T, 1), (T + 10000, 2), (T + 20000, 3)]
+    assert output(session, "select * from b_out") == output(session, "select * from q_out") == expected
+    runs = harness.instance.get_runs()
+    by_stream: dict[str, list[str]] = {}
+    for run in runs:
+        by_stream.setdefault(run.tags["tdstream/stream"], []).append(run.tags["tdstream/batch"])
+    assert len(by_stream["d.batched"]) == 1  # one run for the three windows
+    assert len(by_stream["d.quick"]) == 3 and len(set(by_stream["d.quick"])) == 3  # one run per window

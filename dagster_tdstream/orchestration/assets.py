@@ -36,6 +36,7 @@ from .resources import TDStreamSpark, TDStreamWarehouse
 STREAM_TAG = "tdstream/stream"
 MODE_TAG = "tdstream/mode"
 TRIGGERS_MODE = "triggers"
+BATCH_TAG = "tdstream/batch"  # the ids of the triggers a run computes: "first-last"
 HISTORY_MODE = "history"
 HISTORY_TAG = "tdstream/history_offset"
 
@@ -90,7 +91,10 @@ def _compute(
     """The run's work by mode: pending triggers, the history, or a partition range."""
     metadata: dict[str, Any]
     if context.run.tags.get(MODE_TAG) == TRIGGERS_MODE:
-        pending = warehouse.catalog.pending_triggers(stream.key)
+        first, _, last = context.run.tags.get(BATCH_TAG, "-").partition("-")
+        # the triggers the run was requested for (all pending when launched by hand)
+        ids = (int(first), int(last)) if first and last else None
+        pending = warehouse.catalog.pending_triggers(stream.key, ids=ids)
         outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
         warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id)
         metadata = {"tdstream/mode": "triggers"}

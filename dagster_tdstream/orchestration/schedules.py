@@ -23,7 +23,7 @@ from ..errors import TDStreamError
 from ..storage.registry import load_stream
 from ..triggers.tick import advance_stream
 from .resources import TDStreamWarehouse
-from .sensors import pending_run, tick_failed, tick_succeeded
+from .sensors import pending_runs, tick_failed, tick_succeeded
 
 
 def build_period_schedule(
@@ -47,7 +47,7 @@ def build_period_schedule(
     )
     def period_schedule(
         context: ScheduleEvaluationContext, tdstream_warehouse: TDStreamWarehouse
-    ) -> RunRequest | SkipReason:
+    ) -> list[RunRequest] | SkipReason:
         warehouse = tdstream_warehouse.get()
         try:
             stream = load_stream(warehouse, stream_key)
@@ -62,6 +62,6 @@ def build_period_schedule(
         except Exception as exc:
             return tick_failed(warehouse, stream_key, exc)
         tick_succeeded(warehouse, stream)
-        return pending_run(context.instance, warehouse, stream, partitions)
+        return pending_runs(context.instance, warehouse, stream, partitions)
 
     return period_schedule

@@ -36,11 +36,10 @@ from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
-from .assets import HISTORY_MODE, HISTORY_TAG, MODE_TAG, STREAM_TAG, TRIGGERS_MODE
+from .assets import BATCH_TAG, HISTORY_MODE, HISTORY_TAG, MODE_TAG, STREAM_TAG, TRIGGERS_MODE
 from .partitions import event_time_bounds, to_datetime
 from .resources import TDStreamWarehouse
 
-BATCH_TAG = "tdstream/batch"
 MAX_ATTEMPTS = 3
 FAILED_STATUSES = [DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 ACTIVE_STATUSES = [
@@ -115,10 +114,10 @@ def build_trigger_sensor(
             return tick_failed(warehouse, stream_key, exc)
         tick_succeeded(warehouse, stream)
         new_cursor = TriggerCursor(offset).dump()
-        answer = pending_run(context.instance, warehouse, stream, partitions)
+        answer = pending_runs(context.instance, warehouse, stream, partitions)
         if isinstance(answer, SkipReason):
             return SensorResult(skip_reason=answer, cursor=new_cursor)
-        return SensorResult(run_requests=[answer], cursor=new_cursor)
+        return SensorResult(run_requests=answer, cursor=new_cursor)
 
     return trigger_sensor
 
@@ -141,34 +140,46 @@ def tick_succeeded(warehouse: Warehouse, stream: StreamDefinition) -> None:
         warehouse.catalog.set_stream_error(stream.key, None)
 
 
-def pending_run(
+def pending_runs(
     instance: DagsterInstance,
     warehouse: Warehouse,
     stream: StreamDefinition,
     partitions: TimeWindowPartitionsDefinition,
-) -> RunRequest | SkipReason:
-    """The run that computes the stream's pending triggers, or why there is none now: nothing
-    pending, a run of the stream still active (back-pressure: the next run takes them all), or
-    the batch failed too often."""
+) -> list[RunRequest] | SkipReason:
+    """The runs that compute the stream's pending triggers, or why there are none now. By
+    default one run takes every pending trigger, and none starts while a run of the stream is
+    active (back-pressure: the next run takes all that fired meanwhile). LOW_LATENCY_CALC: one
+    run per trigger, at once, no batching. A batch whose run failed too often is not retried."""
     pending = warehouse.catalog.pending_triggers(stream.key)
     if not pending:
         return SkipReason("no pending triggers")
-    active = instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream.key}, statuses=ACTIVE_STATUSES), limit=1)
-    if active:
+    active = instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream.key}, statuses=ACTIVE_STATUSES))
+    low_latency = stream.stmt.option("LOW_LATENCY_CALC") is not None
+    if active and not low_latency:
         return SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}")
-    # the run key names the batch and the attempt: a retried tick launches nothing twice,
-    # while a batch whose run failed is tried again, a bounded number of times
-    batch = f"{pending[0]['id']}-{pending[-1]['id']}"
-    failed = _failed_runs(instance, stream.key, batch)
-    if len(failed) >= MAX_ATTEMPTS:
-        return SkipReason(
-            f"stream {stream.key}: the run for triggers {batch} failed {len(failed)} times "
-            f"(last: run {failed[0].run_id}); fix the cause, then write new data or rerun that run"
-        )
-    starts = [int(t["wstart"]) for t in pending if t["wstart"] is not None]
-    tags = {STREAM_TAG: stream.key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: batch}
-    tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
-    return RunRequest(run_key=f"{stream.key}:{batch}:{len(failed)}", tags=tags)
+    running = {run.tags.get(BATCH_TAG) for run in active}
+    batches = [[t] for t in pending] if low_latency else [pending]
+    requests, skipped = [], []
+    for batch in batches:
+        # the run key names the batch and the attempt: a retried tick launches nothing twice,
+        # while a batch whose run failed is tried again, a bounded number of times
+        name = f"{batch[0]['id']}-{batch[-1]['id']}"
+        if name in running:
+            continue
+        failed = _failed_runs(instance, stream.key, name)
+        if len(failed) >= MAX_ATTEMPTS:
+            skipped.append(
+                f"stream {stream.key}: the run for triggers {name} failed {len(failed)} times "
+                f"(last: run {failed[0].run_id}); fix the cause, then write new data or rerun that run"
+            )
+            continue
+        starts = [int(t["wstart"]) for t in batch if t["wstart"] is not None]
+        tags = {STREAM_TAG: stream.key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: name}
+        tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
+        requests.append(RunRequest(run_key=f"{stream.key}:{name}:{len(failed)}", tags=tags))
+    if requests:
+        return requests
+    return SkipReason("; ".join(skipped) or f"{len(pending)} trigger(s) wait for their runs")
 
 
 def _failed_runs(instance: DagsterInstance, stream_key: str, batch: str) -> list[Any]:

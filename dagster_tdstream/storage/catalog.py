@@ -520,14 +520,15 @@ class Catalog:
                 added = len(rows)
         return added
 
-    def pending_triggers(self, stream: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def pending_triggers(self, stream: str, ids: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+        """Pending triggers in firing order; ``ids``: only those with an id in [first, last]."""
         query = (
             select(triggers_table)
             .where(and_(triggers_table.c.stream == stream, triggers_table.c.status == "pending"))
             .order_by(triggers_table.c.id)
         )
-        if limit is not None:
-            query = query.limit(limit)
+        if ids is not None:
+            query = query.where(triggers_table.c.id.between(*ids))
         with self._conn(None) as c:
             return [dict(r._mapping) for r in c.execute(query).all()]
 
