@@ -45,15 +45,23 @@ def _group_windows(
 ) -> Callable[[pa.Table], pa.Table]:
     """The Arrow UDF: one group's rows in, its triggers and final state out."""
 
+    read = sorted(columns_read(trigger, admission))
+
     def per_group(data: pa.Table) -> pa.Table:
         # time order; ties between child tables of one group broken by name, as a stable rule
         data = data.sort_by([(primary_key, "ascending"), ("tbname", "ascending")])
-        names = [n for n in data.column_names if n != _ALL]
-        # column-wise conversion: far cheaper than a dict per row straight from Arrow
-        columns = [data.column(n).to_pylist() for n in names]
-        records = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-        rows = [RowChange(r[primary_key], "insert", r) for r in records if admission.admits(r[primary_key], r)]
-        values = [records[0].get(c) for c in group_columns] if records else []
+        stamps = data.column(primary_key).to_pylist()
+        if read:  # column-wise conversion, then one small dict per row of what is read
+            columns = [data.column(n).to_pylist() for n in read]
+            records = [dict(zip(read, row, strict=True)) for row in zip(*columns, strict=True)]
+        else:  # INTERVAL, SESSION, SLIDING without PRE_FILTER read no values: no dicts at all
+            records = [{}] * len(stamps)
+        rows = [
+            RowChange(ts, "insert", values)
+            for ts, values in zip(stamps, records, strict=True)
+            if admission.admits(ts, values)
+        ]
+        values = [data.column(c)[0].as_py() for c in group_columns] if data.num_rows else []
         key = json.dumps(values, default=str)
         fired, state = replay(trigger, rows)
         out: dict[str, list[Any]] = {

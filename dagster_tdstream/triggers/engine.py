@@ -137,12 +137,16 @@ class WindowTrigger:
                 if change.kind == "insert":
                     count = state.counts.get(start, 0) + 1
                     state.counts[start] = count
-                    state.opened_at.setdefault(start, now)
+                    if self.max_delay is not None:
+                        state.opened_at.setdefault(start, now)
                     if count == 1 and WINDOW_OPEN in self.events and start not in state.opened:
                         state.opened.add(start)
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
-            state.max_ts = ts if state.max_ts is None else max(state.max_ts, ts)
-            fired.extend(self._close(state))
+            if state.max_ts is None or ts > state.max_ts:
+                state.max_ts = ts
+                # a window can close only once the progress passes the first open window's end
+                if ts - self.watermark - self.spec.interval >= state.next_close:
+                    fired.extend(self._close(state))
         return fired
 
     def _deleted(self, state: GroupState, ts: int, recalculated: set[int]) -> list[Fired]:
