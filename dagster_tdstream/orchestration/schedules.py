@@ -19,11 +19,9 @@ from dagster import (
     schedule,
 )
 
-from ..errors import TDStreamError
-from ..storage.registry import load_stream
 from ..triggers.tick import advance_stream
 from .resources import TDStreamWarehouse
-from .sensors import pending_runs, tick_failed, tick_succeeded
+from .sensors import pending_runs, runnable_stream, tick_failed, tick_succeeded
 
 
 def build_period_schedule(
@@ -49,12 +47,9 @@ def build_period_schedule(
         context: ScheduleEvaluationContext, tdstream_warehouse: TDStreamWarehouse
     ) -> list[RunRequest] | SkipReason:
         warehouse = tdstream_warehouse.get()
-        try:
-            stream = load_stream(warehouse, stream_key)
-        except TDStreamError as exc:
-            return SkipReason(str(exc))
-        if stream.info.status == "Stopped":
-            return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
+        stream = runnable_stream(warehouse, stream_key)
+        if isinstance(stream, SkipReason):
+            return stream
         tick = int(context.scheduled_execution_time.timestamp()) * 10**9
         last = warehouse.catalog.latest_checkpoint_offset(stream.key)
         try:

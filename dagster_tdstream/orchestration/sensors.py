@@ -90,12 +90,9 @@ def build_trigger_sensor(
         context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse
     ) -> SensorResult | SkipReason:
         warehouse = tdstream_warehouse.get()
-        try:
-            stream = load_stream(warehouse, stream_key)
-        except TDStreamError as exc:
-            return SkipReason(str(exc))
-        if stream.info.status == "Stopped":
-            return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
+        stream = runnable_stream(warehouse, stream_key)
+        if isinstance(stream, SkipReason):
+            return stream
         cursor = TriggerCursor.load(context.cursor)
         if cursor.offset is None and stream.fills_history and stream.trigger_table is not None:
             cursor, waiting = _history(context, warehouse, stream, cursor, partitions)
@@ -123,6 +120,17 @@ def build_trigger_sensor(
 
 
 TICK_ERROR = "trigger tick failed: "
+
+
+def runnable_stream(warehouse: Warehouse, stream_key: str) -> StreamDefinition | SkipReason:
+    """The stream a tick works on, or why the tick skips: it was dropped, or it is stopped."""
+    try:
+        stream = load_stream(warehouse, stream_key)
+    except TDStreamError as exc:
+        return SkipReason(str(exc))
+    if stream.info.status == "Stopped":
+        return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
+    return stream
 
 
 def tick_failed(warehouse: Warehouse, stream_key: str, exc: Exception) -> SkipReason:
