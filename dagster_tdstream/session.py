@@ -25,7 +25,9 @@ from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
+from .sql.walk import sources
 from .storage.catalog import TableInfo
+from .storage.registry import StreamDefinition, load_streams
 from .storage.streamcheck import check_stream_against_catalog
 from .storage.types import ValueTypeError, coerce, display_length
 from .storage.warehouse import Warehouse, WriteBatch
@@ -150,6 +152,17 @@ class Session:
 
     def _exec_dropdatabase(self, stmt: ast.DropDatabase) -> Result:
         name = normalize(stmt.name)
+        if not stmt.force:
+            # TDengine refuses to drop a database that another database's stream reads from
+            # (its trigger table or a table its query reads), unless FORCE
+            for stream in load_streams(self.warehouse):
+                if stream.db != name and name in _databases_read(stream):
+                    raise StreamValidationError(
+                        f"database {name} is read by stream {stream.key}: drop the stream first, "
+                        f"or DROP DATABASE {name} FORCE",
+                        line=stmt.pos.line,
+                        column=stmt.pos.column,
+                    )
         dropped = self.warehouse.drop_database(name, if_exists=stmt.if_exists)
         if self.database == name:
             self.database = None
@@ -242,7 +255,6 @@ class Session:
         """DELETE_OUTPUT_TABLE: dropping a child table of a trigger super table drops the
         output child table of its group (streams grouped by tbname)."""
         from .compute.output import Group, child_table_name
-        from .storage.registry import load_streams
         from .triggers.tick import group_identity
 
         for stream in load_streams(self.warehouse):
@@ -274,6 +286,16 @@ class Session:
             if tag is None:
                 raise CatalogError(f"{info.stable} has no tag {name} (tags: {', '.join(tags)})")
             values[tag.name] = self._typed_value(expr, tag, ctx)
+        for stream in load_streams(self.warehouse):
+            table = stream.trigger_table
+            grouping = set(values) & set(stream.group_columns)
+            if table is not None and table.db == info.db and table.name in (info.name, info.stable) and grouping:
+                raise StreamValidationError(
+                    f"tag {', '.join(sorted(grouping))} of {info.db}.{info.name} groups stream {stream.key} "
+                    "(PARTITION BY): TDengine does not allow changing it while the stream exists",
+                    line=stmt.pos.line,
+                    column=stmt.pos.column,
+                )
         self.warehouse.set_tags(info, values)
         return Result(message="Alter OK")
 
@@ -551,3 +573,16 @@ def _table_result(columns: list[str], rows: list[list[Any]], timestamps: set[str
             arrays.append(pa.array(values))
     table = pa.table(arrays, names=columns)
     return Result(table=table, message=f"Query OK, {len(rows)} row(s) in set")
+
+
+def _databases_read(stream: StreamDefinition) -> set[str]:
+    """The databases a stream reads: its trigger table's and those of the tables its query
+    reads (unqualified names are in the stream's database)."""
+    names = set()
+    if stream.stmt.trigger_table is not None:
+        names.add(normalize(stream.stmt.trigger_table.db or stream.db))
+    if stream.stmt.query is not None:
+        for source in sources(stream.stmt.query):
+            if isinstance(source, ast.TableSource):
+                names.add(normalize(source.table.db or stream.db))
+    return names

@@ -77,3 +77,39 @@ def test_a_syntax_error_anywhere_runs_nothing(tmp_path: Path) -> None:
     assert code == 1 and "line 1, column 27" in err
     code, out, _ = invoke("sql", "--warehouse", wh, "--format", "csv", "show databases")
     assert code == 0 and out.splitlines() == ["name,create_time,vgroups,precision,keep"]
+
+
+def test_shell_reads_multi_line_statements_sources_files_and_survives_errors(tmp_path: Path, spark: object) -> None:
+    wh = str(tmp_path / "wh")
+    script = tmp_path / "more.sql"
+    script.write_text("insert into d.c1 values ('2025-01-01 08:00:02', 3, 'c;d');\n")
+    typed = "\n".join(
+        [
+            "create database d precision 'ms';",
+            "use d; create stable st (ts timestamp, v int, s varchar(8))",
+            "  tags (g int);",
+            "insert into c1 using st tags (1) values ('2025-01-01 08:00:00', 1, 'a;",  # ';' inside a string
+            "b');",
+            "select * from nowhere;",  # an error: one line, the shell goes on
+            f"source {script}",
+            "select count(*) n,",
+            "  sum(v) s from st;",
+            "help",
+            "quit",
+            "select 'never run';",
+        ]
+    )
+    result = CliRunner().invoke(main, ["shell", "--warehouse", wh, "--timezone", "UTC"], input=typed + "\n")
+    assert result.exit_code == 0
+    lines = [line.split(" (")[0] if line.endswith("s)") else line for line in result.stdout.splitlines()]
+    assert lines[:5] == ["Create OK", "Database changed to d", "Create OK", "Insert OK, 1 row(s) affected",
+                         "error at line 1, column 1: table d.nowhere does not exist"]  # fmt: skip
+    assert lines[5:10] == [
+        "Insert OK, 1 row(s) affected",
+        "n | s",
+        "=====",
+        "2 | 4",
+        "Query OK, 1 row(s) in set",
+    ]
+    assert "source FILE   run the statements of a SQL file" in result.stdout
+    assert "never run" not in result.stdout

@@ -172,3 +172,20 @@ def test_catalog_rules(sql_session: Session) -> None:
     assert sql_session.execute(f"create stream if not exists s {ok}")[0].message == "OK (stream exists)"
     shown = sql_session.query("show streams").rows
     assert [(r[0], r[1], r[4]) for r in shown] == [("s", "d", "Running")]
+
+
+def test_table_operations_a_stream_forbids(sql_session: Session) -> None:
+    sql_session.execute(
+        "create database src; create stable src.st (ts timestamp, v int) tags (g int, h int);"
+        "create table src.a using src.st tags (1, 1); create database out;"
+        "create stream out.s interval(10s) sliding(10s) from src.st partition by g into out.r "
+        "as select _twstart, count(*) from %%trows"
+    )
+    with pytest.raises(StreamValidationError, match=r"line 1, column 1: tag g of src.a groups stream out.s"):
+        sql_session.execute("alter table src.a set tag g = 2")
+    assert sql_session.execute("alter table src.a set tag h = 2")[0].message == "Alter OK"
+    assert sql_session.warehouse.table("src", "a").tag_values == {"g": 1, "h": 2}
+    with pytest.raises(StreamValidationError, match=r"database src is read by stream out.s.*DROP DATABASE src FORCE"):
+        sql_session.execute("drop database src")
+    assert sql_session.warehouse.catalog.get_database("src") is not None  # rejected: nothing dropped
+    assert sql_session.execute("drop database src force")[0].message == "Drop OK"

@@ -230,3 +230,22 @@ def test_a_stream_whose_trigger_table_was_dropped_keeps_loading(session: Session
     report = harness.run_until_idle()
     assert report.failures == [] and report.runs == 1  # on_b still runs
     assert "trigger table d.a was dropped" in report.skipped["d__on_a__trigger"]
+
+
+def test_stream_status_shows_progress_lag_pending_and_recalculations(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from st partition by tbname into out "
+        "as select _twstart, count(*) n from %%trows"
+    )
+    columns = "status, trigger_table, output_table, progress, lag_ms, pending_triggers, recalculations, last_error"
+    status = f"select {columns} from information_schema.ins_streams where stream_name = 's'"
+    assert session.query(status).rows == [("Running", "d.st", "d.out", None, None, 0, 0, None)]
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2) ({T + 25000}, 3)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, status) == [("Running", "d.st", "d.out", T + 25000, 0, 0, 0, None)]
+    session.execute(f"insert into a values ({T + 2000}, 9) ({T + 40000}, 4)")  # a late row, and new data
+    assert output(session, status)[0][3:6] == (T + 25000, 15000, 0)  # not processed yet: 15 s behind
+    assert harness.run_until_idle().failures == []
+    assert output(session, status) == [("Running", "d.st", "d.out", T + 40000, 0, 0, 1, None)]
+    assert [r[0] for r in session.query("show d.streams").rows] == ["s"]

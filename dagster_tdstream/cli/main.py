@@ -96,6 +96,44 @@ def sql(
 
 
 @main.command()
+@click.option("-d", "--database", default=None, help="Database to USE first.")
+@click.option(
+    "--history",
+    type=click.Path(dir_okay=False),
+    default=str(Path.home() / ".tdstream_history"),
+    show_default=True,
+    help="Where the prompt history is kept.",
+)
+@_warehouse
+@_metadata
+@_timezone
+@_debug
+def shell(
+    database: str | None,
+    history: str,
+    warehouse: str | None,
+    metadata_url: str | None,
+    timezone: str | None,
+    debug: bool,
+) -> None:
+    """An interactive SQL prompt: statements end with ';', 'source FILE' runs a file, 'quit' leaves."""
+    from .shell import Shell, interactive_reader, lines_from
+
+    def open_session() -> Any:
+        from ..session import Session
+        from ..storage.warehouse import Warehouse
+
+        return Session(Warehouse(warehouse, metadata_url=metadata_url), database=database, timezone=timezone)
+
+    session = _guarded(debug, open_session)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        click.echo("tdstream shell — statements end with ';', 'help' for commands, 'quit' to leave.")
+    read = interactive_reader(Path(history)) if interactive else lines_from(sys.stdin)
+    Shell(session, click.echo).run(read)
+
+
+@main.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--expect-invalid", is_flag=True, help="Every line must be rejected.")
 @click.option(

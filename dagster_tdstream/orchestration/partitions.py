@@ -44,18 +44,8 @@ def partition_grain(stream: StreamDefinition) -> str:
 
 
 def event_time_bounds(warehouse: Warehouse, stream: StreamDefinition) -> tuple[int, int] | None:
-    """The trigger table's earliest and latest timestamps from Delta file statistics (no data
-    scan); None when it has no rows or no statistics."""
-    table = stream.trigger_table
-    if table is None:
-        return None
-    actions = warehouse.delta.open(table.db, table.storage_name).get_add_actions(flatten=True)
-    low, high = f"min.{table.primary_key}", f"max.{table.primary_key}"
-    if actions.num_rows == 0 or low not in actions.schema.names or high not in actions.schema.names:
-        return None
-    lows = [v for v in actions.column(low).to_pylist() if v is not None]
-    highs = [v for v in actions.column(high).to_pylist() if v is not None]
-    return (min(lows), max(highs)) if lows and highs else None
+    """The trigger table's earliest and latest timestamps (Delta statistics, no data scan)."""
+    return warehouse.key_bounds(stream.trigger_table) if stream.trigger_table is not None else None
 
 
 def earliest_event_time(warehouse: Warehouse, stream: StreamDefinition) -> datetime:

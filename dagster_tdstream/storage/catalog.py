@@ -544,6 +544,15 @@ class Catalog:
                 ).scalar_one()
             )
 
+    def count_events(self, stream: str, event: str) -> int:
+        """How many triggers of one event type the stream has fired (e.g. recalculations)."""
+        from sqlalchemy import func
+
+        with self._conn(None) as c:
+            query = select(func.count()).select_from(triggers_table)
+            where = and_(triggers_table.c.stream == stream, triggers_table.c.event == event)
+            return int(c.execute(query.where(where)).scalar_one())
+
     def finish_triggers(self, ids: list[int], run_id: str | None) -> None:
         if not ids:
             return

@@ -14,7 +14,9 @@ import pyarrow as pa
 
 from ..errors import CatalogError
 from ..sql.ast import ColumnDef, DataType
+from ..sql.timeunits import PRECISIONS
 from .catalog import StreamInfo
+from .registry import StreamDefinition, resolve_stream
 from .warehouse import Warehouse
 
 SYSTEM_DB = "information_schema"
@@ -42,7 +44,9 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
     ),
     "ins_streams": (
         ColumnDef("stream_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
-        ColumnDef("sql", _name(65535)), ColumnDef("status", _name(20)), ColumnDef("pending_triggers", BIGINT),
+        ColumnDef("sql", _name(65535)), ColumnDef("status", _name(20)), ColumnDef("trigger_table", _name(386)),
+        ColumnDef("output_table", _name(386)), ColumnDef("progress", TS), ColumnDef("lag_ms", BIGINT),
+        ColumnDef("pending_triggers", BIGINT), ColumnDef("recalculations", BIGINT),
         ColumnDef("last_error", _name(4096)),
     ),
 }  # fmt: skip
@@ -106,10 +110,40 @@ def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
 
 
 def _streams(warehouse: Warehouse, db: str | None) -> list[list[object]]:
-    return [
-        [s.name, s.db, s.created_at, s.sql, _status(s), warehouse.catalog.count_pending(s.key), s.last_error]
-        for s in warehouse.catalog.list_streams(db)
+    rows: list[list[object]] = []
+    for info in warehouse.catalog.list_streams(db):
+        stream = resolve_stream(warehouse, info)
+        trigger = stream.trigger_table
+        output = stream.output
+        progress = _progress(warehouse, stream)
+        bounds = warehouse.key_bounds(trigger) if trigger is not None else None
+        per_ms = PRECISIONS[stream.precision] / 1e6
+        progress_ms = int(progress * per_ms) if progress is not None else None
+        latest_ms = int(bounds[1] * per_ms) if bounds is not None else None
+        lag = max(0, latest_ms - progress_ms) if latest_ms is not None and progress_ms is not None else None
+        rows.append(
+            [
+                info.name, info.db, info.created_at, info.sql, _status(info),
+                f"{trigger.db}.{trigger.name}" if trigger is not None else stream.trigger_missing,
+                f"{output[0]}.{output[1]}" if output is not None else None,
+                progress_ms, lag, warehouse.catalog.count_pending(info.key),
+                warehouse.catalog.count_events(info.key, "RECALC"), info.last_error,
+            ]
+        )  # fmt: skip
+    return rows
+
+
+def _progress(warehouse: Warehouse, stream: StreamDefinition) -> int | None:
+    """The newest event time the stream's trigger has processed (its latest checkpoint, over
+    all groups, in the table's precision); None before the first tick and for PERIOD."""
+    offset = warehouse.catalog.latest_checkpoint_offset(stream.key)
+    state = warehouse.catalog.load_checkpoint(stream.key, offset) if offset is not None else None
+    if not state or "next_tick" in state:  # nothing yet, or a PERIOD state (processing time)
+        return None
+    newest = [
+        group["max_ts"] for group in state.values() if isinstance(group, dict) and group.get("max_ts") is not None
     ]
+    return max(newest) if newest else None
 
 
 def _status(stream: StreamInfo) -> str:

@@ -340,6 +340,17 @@ class Warehouse:
 
     # ------------------------------------------------------------------ reads (Python side)
 
+    def key_bounds(self, info: TableInfo) -> tuple[int, int] | None:
+        """The table's earliest and latest primary key from Delta file statistics (no data
+        scan); None when it has no rows or no statistics."""
+        actions = self.delta.open(info.db, info.storage_name).get_add_actions(flatten=True)
+        low, high = f"min.{info.primary_key}", f"max.{info.primary_key}"
+        if actions.num_rows == 0 or low not in actions.schema.names or high not in actions.schema.names:
+            return None
+        lows = [v for v in actions.column(low).to_pylist() if v is not None]
+        highs = [v for v in actions.column(high).to_pylist() if v is not None]
+        return (min(lows), max(highs)) if lows and highs else None
+
     def read_table(self, info: TableInfo, version: int | None = None) -> pa.Table:
         """A table's rows (current, or as of WAL offset ``version``) as Arrow, tags joined for
         super and child tables; for the sensor's re-derivation, tests and small tools —
