@@ -27,7 +27,7 @@ from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
 from .sql.walk import sources
 from .storage.catalog import TableInfo
-from .storage.registry import StreamDefinition, load_streams
+from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
 from .storage.types import ValueTypeError, coerce, display_length
 from .storage.warehouse import Warehouse, WriteBatch
@@ -499,7 +499,16 @@ class Session:
     def _exec_startstream(self, stmt: ast.StartStream) -> Result:
         found = self._stream(stmt.name, stmt.if_exists)
         if found is not None:
-            self.warehouse.catalog.set_stream_status(*found, "Running")
+            info = self.warehouse.catalog.get_stream(*found)
+            assert info is not None
+            resume_from = None
+            if stmt.ignore_untreated and info.status == "Stopped":
+                # the data written while stopped is not processed: reading resumes after it
+                stream = resolve_stream(self.warehouse, info)
+                table = stream.trigger_table
+                if table is not None:
+                    resume_from = self.warehouse.delta.version(table.db, table.storage_name) + 1
+            self.warehouse.catalog.set_stream_status(*found, "Running", resume_from)
         return Result(message="Start OK")
 
     def _exec_recalculatestream(self, stmt: ast.RecalculateStream) -> Result:

@@ -249,3 +249,25 @@ def test_stream_status_shows_progress_lag_pending_and_recalculations(session: Se
     assert harness.run_until_idle().failures == []
     assert output(session, status) == [("Running", "d.st", "d.out", T + 40000, 0, 0, 1, None)]
     assert [r[0] for r in session.query("show d.streams").rows] == ["s"]
+
+
+def test_start_ignore_untreated_skips_what_was_written_while_stopped(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a into out as select _twstart, count(*) n, sum(v) s "
+        "from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T, 1, 1)]
+    session.execute("stop stream s")
+    session.execute(f"insert into a values ({T + 20000}, 3) ({T + 30000}, 4)")  # untreated while stopped
+    assert harness.run_until_idle().runs == 0
+    session.execute("start stream ignore untreated s")
+    assert harness.run_until_idle().runs == 0  # the skipped rows close nothing
+    assert output(session, "select * from out") == [(T, 1, 1)]
+    session.execute(f"insert into a values ({T + 45000}, 5)")  # new data goes on from the carried state
+    assert harness.run_until_idle().failures == []
+    # [T+10s, T+20s) was open before the stop and closes now; its rows are read from the table
+    rows = output(session, "select * from out")
+    assert rows[:2] == [(T, 1, 1), (T + 10000, 1, 2)] and len(rows) == 4

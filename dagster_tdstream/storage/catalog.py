@@ -102,6 +102,9 @@ streams_table = Table(
     Column("timezone", String(64)),
     # why the stream's last trigger tick or run failed (cleared by the next success)
     Column("last_error", Text),
+    # START STREAM … IGNORE UNTREATED: the first WAL offset to read after the restart (the
+    # offsets written while the stream was stopped are skipped)
+    Column("resume_from", Integer),
 )
 
 checkpoints_table = Table(
@@ -176,6 +179,7 @@ class StreamInfo:
     start_offset: int = 0
     timezone: str | None = None
     last_error: str | None = None
+    resume_from: int | None = None
 
     @property
     def key(self) -> str:
@@ -184,7 +188,15 @@ class StreamInfo:
 
 def _stream_info(row: Any) -> StreamInfo:
     return StreamInfo(
-        row.db, row.name, row.sql, row.status, row.created_at, row.start_offset, row.timezone, row.last_error
+        row.db,
+        row.name,
+        row.sql,
+        row.status,
+        row.created_at,
+        row.start_offset,
+        row.timezone,
+        row.last_error,
+        row.resume_from,
     )
 
 
@@ -561,12 +573,14 @@ class Catalog:
                 update(triggers_table).where(triggers_table.c.id.in_(ids)).values(status="done", run_id=run_id)
             )
 
-    def set_stream_status(self, db: str, name: str, status: str) -> None:
+    def set_stream_status(self, db: str, name: str, status: str, resume_from: int | None = None) -> None:
+        """STOP/START; ``resume_from`` (START … IGNORE UNTREATED) skips the WAL before it."""
+        values: dict[str, Any] = {"status": status}
+        if status == "Running":
+            values["resume_from"] = resume_from
         with self.transaction() as conn:
             conn.execute(
-                update(streams_table)
-                .where(and_(streams_table.c.db == db, streams_table.c.name == name))
-                .values(status=status)
+                update(streams_table).where(and_(streams_table.c.db == db, streams_table.c.name == name)).values(values)
             )
 
     def set_stream_error(self, key: str, error: str | None) -> None:

@@ -74,6 +74,9 @@ def advance_stream(
     processed nothing yet) and queue the triggers they fire. ``tick_at`` (ns): a PERIOD
     schedule's evaluation of that tick (without it, PERIOD ticks run on the ``clock`` timer)."""
     trigger = stream_trigger(stream)
+    skipped = _skip_untreated(warehouse, stream, last_offset)
+    if skipped is not None:
+        return skipped
     if isinstance(trigger, PeriodTrigger):
         return _advance_period(warehouse, stream, trigger, last_offset, clock, tick_at)
     table = stream.trigger_table
@@ -124,6 +127,20 @@ def advance_stream(
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
+
+
+def _skip_untreated(warehouse: Warehouse, stream: StreamDefinition, last_offset: int | None) -> TickResult | None:
+    """START STREAM … IGNORE UNTREATED: the offsets written while the stream was stopped are
+    passed over — the trigger state is carried to the offset before the resume point, and the
+    caller's next step reads from there. None when there is nothing to skip."""
+    resume = stream.info.resume_from
+    first = stream.info.start_offset if last_offset is None else last_offset + 1
+    if resume is None or resume <= first:
+        return None
+    catalog = warehouse.catalog
+    saved = catalog.load_checkpoint(stream.key, last_offset) if last_offset is not None else None
+    catalog.save_checkpoint(stream.key, resume - 1, saved or {})
+    return TickResult(resume - 1, first, 0, catalog.count_pending(stream.key), 0)
 
 
 def _advance_period(
