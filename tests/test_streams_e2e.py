@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRunStatus, materialize
+from dagster import AssetCheckResult, DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.test_utils import create_run_for_test
 
 from dagster_tdstream import Session, StreamHarness, Warehouse
@@ -271,3 +271,28 @@ def test_start_ignore_untreated_skips_what_was_written_while_stopped(session: Se
     # [T+10s, T+20s) was open before the stop and closes now; its rows are read from the table
     rows = output(session, "select * from out")
     assert rows[:2] == [(T, 1, 1), (T + 10000, 1, 2)] and len(rows) == 4
+
+
+def test_the_lag_check_fails_when_the_stream_falls_behind(session: Session, harness: StreamHarness) -> None:
+    from dagster_tdstream import TDStreamProject, build_definitions
+
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a into out as select _twstart, count(*) n from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2)")
+    assert harness.run_until_idle().failures == []
+    defs = build_definitions(TDStreamProject(warehouse=session.warehouse.uri, max_lag_seconds=60))
+    check = next(iter(defs.asset_checks or []))
+    resources = {"tdstream_warehouse": harness.resources["tdstream_warehouse"]}
+
+    def evaluate() -> AssetCheckResult:
+        return check(**resources)  # direct invocation: the check's own function, its resource given
+
+    ok = evaluate()
+    assert ok.passed and ok.metadata["tdstream/lag_ms"].value == 0
+    session.execute(f"insert into a values ({T + 90000}, 3)")  # 80 s of new data, not processed yet
+    behind = evaluate()
+    assert not behind.passed and behind.description == "80 s behind (bound 60 s)"
+    assert harness.run_until_idle().failures == []
+    assert evaluate().passed

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import AssetsDefinition, Definitions, ScheduleDefinition, SensorDefinition
+from dagster import AssetChecksDefinition, AssetsDefinition, Definitions, ScheduleDefinition, SensorDefinition
 
 from ..session import Session
 from ..sql.timeunits import resolve_timezone
@@ -24,11 +24,14 @@ from ..storage.warehouse import Warehouse
 from ..triggers.period import PeriodTrigger, cron_schedules
 from ..triggers.plan import not_built, stream_trigger
 from .assets import build_stream_asset
+from .checks import build_lag_check
 from .partitions import partitions_for
 from .resources import TDStreamSpark, TDStreamWarehouse
 from .schedules import build_period_schedule
 from .sensors import build_trigger_sensor
 from .translator import DagsterTDStreamTranslator
+
+DEFAULT_MAX_LAG_SECONDS = 600.0
 
 
 def _identifier(text: str) -> str:
@@ -46,6 +49,7 @@ class TDStreamProject:
     spark_config: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
     partition_grain: str | None = None  # hourly | daily; default chosen from each window
+    max_lag_seconds: float = DEFAULT_MAX_LAG_SECONDS  # the lag check's bound (event time)
 
     def open_warehouse(self) -> Warehouse:
         return Warehouse(self.warehouse, metadata_url=self.metadata_url)
@@ -63,6 +67,7 @@ class StreamJob:
 
     stream_key: str
     asset: AssetsDefinition
+    lag_check: AssetChecksDefinition
     sensor: SensorDefinition | None = None
     schedule: ScheduleDefinition | None = None
 
@@ -73,6 +78,7 @@ def stream_definitions(
     translator: DagsterTDStreamTranslator,
     partition_grain: str | None = None,
     clock: Callable[[], int] = time.time_ns,
+    max_lag_seconds: float = DEFAULT_MAX_LAG_SECONDS,
 ) -> list[StreamJob]:
     jobs = []
     for stream in streams:
@@ -81,16 +87,17 @@ def stream_definitions(
         name = _identifier(f"{stream.db}__{stream.name}")
         asset = build_stream_asset(stream.key, spec, partitions, name)
         running = stream.info.status != "Stopped"
+        lag_check = build_lag_check(stream.key, spec.key, max_lag_seconds)
         crons = _period_crons(stream)
         if crons is not None:
             zone = resolve_timezone(stream.info.timezone).key
             schedule = build_period_schedule(
                 stream.key, asset, partitions, f"{name}__period", crons, zone, running=running
             )
-            jobs.append(StreamJob(stream.key, asset, schedule=schedule))
+            jobs.append(StreamJob(stream.key, asset, lag_check, schedule=schedule))
             continue
         sensor = build_trigger_sensor(stream.key, asset, partitions, f"{name}__trigger", running=running, clock=clock)
-        jobs.append(StreamJob(stream.key, asset, sensor=sensor))
+        jobs.append(StreamJob(stream.key, asset, lag_check, sensor=sensor))
     return jobs
 
 
@@ -110,10 +117,15 @@ def build_definitions(
     warehouse = project.open_warehouse()
     project.apply_sql_files(warehouse)
     jobs = stream_definitions(
-        warehouse, load_streams(warehouse), translator or DagsterTDStreamTranslator(), project.partition_grain
+        warehouse,
+        load_streams(warehouse),
+        translator or DagsterTDStreamTranslator(),
+        project.partition_grain,
+        max_lag_seconds=project.max_lag_seconds,
     )
     return Definitions(
         assets=[job.asset for job in jobs],
+        asset_checks=[job.lag_check for job in jobs],
         sensors=[job.sensor for job in jobs if job.sensor is not None],
         schedules=[job.schedule for job in jobs if job.schedule is not None],
         resources={

@@ -9,6 +9,7 @@ column names (timestamps as epoch milliseconds). ``SHOW …`` statements and SEL
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import astuple, dataclass
 
 import pyarrow as pa
 
@@ -109,27 +110,47 @@ def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     ]
 
 
+@dataclass(frozen=True)
+class StreamStatus:
+    """What a stream's row in ``ins_streams`` says (also its asset metadata and lag check)."""
+
+    status: str
+    trigger_table: str | None
+    output_table: str | None
+    progress_ms: int | None  # newest event time processed, epoch ms
+    lag_ms: int | None  # the trigger table's newest timestamp minus the progress
+    pending: int
+    recalculations: int
+    last_error: str | None
+
+
+def stream_status(warehouse: Warehouse, info: StreamInfo) -> StreamStatus:
+    stream = resolve_stream(warehouse, info)
+    trigger = stream.trigger_table
+    output = stream.output
+    progress = _progress(warehouse, stream)
+    bounds = warehouse.key_bounds(trigger) if trigger is not None else None
+    per_ms = PRECISIONS[stream.precision] / 1e6
+    progress_ms = int(progress * per_ms) if progress is not None else None
+    latest_ms = int(bounds[1] * per_ms) if bounds is not None else None
+    lag = max(0, latest_ms - progress_ms) if latest_ms is not None and progress_ms is not None else None
+    return StreamStatus(
+        _status(info),
+        f"{trigger.db}.{trigger.name}" if trigger is not None else stream.trigger_missing,
+        f"{output[0]}.{output[1]}" if output is not None else None,
+        progress_ms,
+        lag,
+        warehouse.catalog.count_pending(info.key),
+        warehouse.catalog.count_events(info.key, "RECALC"),
+        info.last_error,
+    )
+
+
 def _streams(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     rows: list[list[object]] = []
     for info in warehouse.catalog.list_streams(db):
-        stream = resolve_stream(warehouse, info)
-        trigger = stream.trigger_table
-        output = stream.output
-        progress = _progress(warehouse, stream)
-        bounds = warehouse.key_bounds(trigger) if trigger is not None else None
-        per_ms = PRECISIONS[stream.precision] / 1e6
-        progress_ms = int(progress * per_ms) if progress is not None else None
-        latest_ms = int(bounds[1] * per_ms) if bounds is not None else None
-        lag = max(0, latest_ms - progress_ms) if latest_ms is not None and progress_ms is not None else None
-        rows.append(
-            [
-                info.name, info.db, info.created_at, info.sql, _status(info),
-                f"{trigger.db}.{trigger.name}" if trigger is not None else stream.trigger_missing,
-                f"{output[0]}.{output[1]}" if output is not None else None,
-                progress_ms, lag, warehouse.catalog.count_pending(info.key),
-                warehouse.catalog.count_events(info.key, "RECALC"), info.last_error,
-            ]
-        )  # fmt: skip
+        status = stream_status(warehouse, info)
+        rows.append([info.name, info.db, info.created_at, info.sql, *astuple(status)])
     return rows
 
 
