@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from dagster import AssetCheckResult, DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.test_utils import create_run_for_test
 
-from dagster_tdstream import Session, StreamHarness, Warehouse
+from dagster_tdstream import Session, StreamHarness, StreamValidationError, Warehouse
 from dagster_tdstream.orchestration.assets import STREAM_TAG
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.tick import advance_stream
@@ -296,3 +297,24 @@ def test_the_lag_check_fails_when_the_stream_falls_behind(session: Session, harn
     assert not behind.passed and behind.description == "80 s behind (bound 60 s)"
     assert harness.run_until_idle().failures == []
     assert evaluate().passed
+
+
+def test_recalculate_stream_is_a_backfill_that_fixes_the_output(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a stream_options(ignore_disorder) into out "
+        "as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2) ({T + 20000}, 3)")
+    assert harness.run_until_idle().failures == []
+    session.execute(f"insert into a values ({T + 1000}, 40)")  # an upstream correction the stream ignores
+    assert harness.run_until_idle().runs == 0
+    assert output(session, "select * from out") == [(T, 1, 1), (T + 10000, 1, 2)]
+    message = session.execute(f"recalculate stream s from {T}")[0].message
+    assert message.startswith("Recalculate OK")
+    report = harness.run_until_idle()
+    assert report.failures == [] and report.backfills == [("tdstream/d/out", "2023-11-14-22:00", "2023-11-14-22:00")]
+    assert output(session, "select * from out") == [(T, 2, 41), (T + 10000, 1, 2)]
+    assert harness.run_until_idle().runs == 0  # requested once
+    with pytest.raises(StreamValidationError, match="TO must be after FROM"):
+        session.execute(f"recalculate stream s from {T} to {T}")

@@ -20,6 +20,7 @@ from dagster import (
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
+    PartitionKeyRange,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -29,6 +30,9 @@ from dagster import (
     TimeWindowPartitionsDefinition,
     sensor,
 )
+from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
+from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ..errors import TDStreamError
@@ -80,7 +84,7 @@ def build_trigger_sensor(
 ) -> SensorDefinition:
     @sensor(
         name=name,
-        target=asset,
+        asset_selection=[asset],  # an asset selection: backfill requests need one
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if running else DefaultSensorStatus.STOPPED,
         description=f"Trigger task of TDengine stream {stream_key}: reads its trigger table's WAL and "
@@ -111,10 +115,13 @@ def build_trigger_sensor(
             return tick_failed(warehouse, stream_key, exc)
         tick_succeeded(warehouse, stream)
         new_cursor = TriggerCursor(offset).dump()
+        backfills = recalculation_backfills(warehouse, stream, asset, partitions)
         answer = pending_runs(context.instance, warehouse, stream, partitions)
         if isinstance(answer, SkipReason):
+            if backfills:
+                return SensorResult(run_requests=backfills, cursor=new_cursor)
             return SensorResult(skip_reason=answer, cursor=new_cursor)
-        return SensorResult(run_requests=answer, cursor=new_cursor)
+        return SensorResult(run_requests=[*backfills, *answer], cursor=new_cursor)
 
     return trigger_sensor
 
@@ -188,6 +195,28 @@ def pending_runs(
     if requests:
         return requests
     return SkipReason("; ".join(skipped) or f"{len(pending)} trigger(s) wait for their runs")
+
+
+def recalculation_backfills(
+    warehouse: Warehouse, stream: StreamDefinition, asset: AssetsDefinition, partitions: TimeWindowPartitionsDefinition
+) -> list[RunRequest]:
+    """RECALCULATE STREAM requests as Dagster asset backfills: the partitions covering each
+    requested range — the same backfill a user launches by selecting those partitions in the
+    UI. The daemon runs it; each run recalculates its range (``assets.py``)."""
+    requests = []
+    graph = AssetGraph.from_assets([asset])
+    key = next(iter(asset.keys))
+    pending = warehouse.catalog.pending_recalculations(stream.key)
+    for _, start, end in pending:
+        keys = _partition_range(partitions, stream.precision, start, max(start, end - 1))
+        chosen = partitions.get_partition_keys_in_range(
+            PartitionKeyRange(keys[ASSET_PARTITION_RANGE_START_TAG], keys[ASSET_PARTITION_RANGE_END_TAG])
+        )
+        subset = AssetGraphSubset.from_asset_partition_set({AssetKeyPartitionKey(key, p) for p in chosen}, graph)
+        requests.append(RunRequest.for_asset_graph_subset(subset, tags={STREAM_TAG: stream.key}))
+    if pending:
+        warehouse.catalog.mark_recalculation_requested([i for i, _, _ in pending])
+    return requests
 
 
 def _failed_runs(instance: DagsterInstance, stream_key: str, batch: str) -> list[Any]:

@@ -118,6 +118,18 @@ checkpoints_table = Table(
     Column("created_at", BigInteger, nullable=False),
 )
 
+recalculations_table = Table(
+    "tds_recalculations",
+    _meta,
+    # RECALCULATE STREAM requests: the stream's sensor turns each into a Dagster backfill
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stream", String(400), nullable=False),
+    Column("start", BigInteger, nullable=False),  # event time, the trigger table's precision
+    Column("end", BigInteger, nullable=False),  # exclusive
+    Column("status", String(10), nullable=False),  # pending | requested
+    Column("created_at", BigInteger, nullable=False),
+)
+
 triggers_table = Table(
     "tds_triggers",
     _meta,
@@ -453,6 +465,31 @@ class Catalog:
         key = f"{db}.{name}"
         conn.execute(delete(checkpoints_table).where(checkpoints_table.c.stream == key))
         conn.execute(delete(triggers_table).where(triggers_table.c.stream == key))
+        conn.execute(delete(recalculations_table).where(recalculations_table.c.stream == key))
+
+    def request_recalculation(self, stream: str, start: int, end: int) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                insert(recalculations_table).values(
+                    stream=stream, start=start, end=end, status="pending", created_at=_now_ms()
+                )
+            )
+
+    def pending_recalculations(self, stream: str) -> list[tuple[int, int, int]]:
+        """(id, start, end) of the stream's recalculations not yet handed to Dagster."""
+        query = (
+            select(recalculations_table.c.id, recalculations_table.c.start, recalculations_table.c.end)
+            .where(and_(recalculations_table.c.stream == stream, recalculations_table.c.status == "pending"))
+            .order_by(recalculations_table.c.id)
+        )
+        with self._conn(None) as c:
+            return [(r.id, r.start, r.end) for r in c.execute(query).all()]
+
+    def mark_recalculation_requested(self, ids: list[int]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                update(recalculations_table).where(recalculations_table.c.id.in_(ids)).values(status="requested")
+            )
 
     # ------------------------------------------------------------------ trigger state and queue
 

@@ -20,12 +20,14 @@ from typing import Any
 from dagster import (
     AssetsDefinition,
     DagsterInstance,
+    Definitions,
     RunRequest,
     ScheduleDefinition,
     build_schedule_context,
     build_sensor_context,
     materialize,
 )
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._utils.schedules import schedule_execution_time_iterator
 
 from ..orchestration.definitions import StreamJob, stream_definitions
@@ -41,6 +43,7 @@ class HarnessReport:
     runs: int = 0
     skipped: dict[str, str] = field(default_factory=dict)  # sensor → last skip reason
     failures: list[str] = field(default_factory=list)
+    backfills: list[tuple[str, str, str]] = field(default_factory=list)  # (asset, first, last partition)
 
 
 class StreamHarness:
@@ -93,7 +96,15 @@ class StreamHarness:
         request."""
         report = report or HarnessReport()
         requests = []
-        for job in self._definitions():
+        jobs = self._definitions()
+        # the code location as the daemon sees it (sensors resolve asset selections against it)
+        definitions = Definitions(
+            assets=[job.asset for job in jobs],
+            sensors=[job.sensor for job in jobs if job.sensor is not None],
+            schedules=[job.schedule for job in jobs if job.schedule is not None],
+            resources=self.resources,
+        )
+        for job in jobs:
             if job.sensor is not None:
                 data = job.sensor.evaluate_tick(
                     build_sensor_context(
@@ -101,6 +112,7 @@ class StreamHarness:
                         cursor=self.cursors.get(job.sensor.name),
                         sensor_name=job.sensor.name,
                         resources=self.resources,
+                        definitions=definitions,
                     )
                 )
                 if data.cursor is not None:
@@ -140,11 +152,18 @@ class StreamHarness:
         return due
 
     def run(self, asset: AssetsDefinition, request: RunRequest, report: HarnessReport) -> None:
+        tags = dict(request.tags)
+        if request.asset_graph_subset is not None:
+            # a backfill (RECALCULATE): the daemon would run it as one run over the partition
+            # range (the asset's backfill policy is single-run); the harness does the same
+            keys = sorted(request.asset_graph_subset.partitions_subsets_by_asset_key[asset.key].get_partition_keys())
+            tags.update({ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+            report.backfills.append((asset.key.to_user_string(), keys[0], keys[-1]))
         result = materialize(
             [asset],
             instance=self.instance,
             resources=self.resources,
-            tags=request.tags,
+            tags=tags,
             raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": self.log_level}}}},
         )
