@@ -21,7 +21,7 @@ from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
 from .sql.parser import parse_statement_text
-from .sql.timeunits import PRECISIONS, resolve_timezone
+from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
@@ -29,7 +29,7 @@ from .sql.walk import sources
 from .storage.catalog import TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
-from .storage.system import stream_status
+from .storage.system import stream_progress
 from .storage.types import ValueTypeError, coerce, display_length
 from .storage.warehouse import Warehouse, WriteBatch
 
@@ -531,11 +531,10 @@ class Session:
         if end is not None and end <= start:  # type: ignore[operator]
             raise StreamValidationError("RECALCULATE range is empty: TO must be after FROM")
         if end is None:  # up to the stream's progress: the windows it has computed so far
-            progress = stream_status(self.warehouse, info).progress_ms
+            progress = stream_progress(self.warehouse, resolve_stream(self.warehouse, info))
             if progress is None:
                 raise StreamValidationError(f"stream {info.key} has computed nothing yet: give RECALCULATE … TO")
-            per_ms = 10**6 // PRECISIONS[resolve_stream(self.warehouse, info).precision]
-            end = progress * per_ms + 1
+            end = progress + 1
         self.warehouse.catalog.request_recalculation(info.key, int(start), int(end))  # type: ignore[arg-type]
         return Result(message="Recalculate OK (a backfill of the stream's asset is launched on its next sensor tick)")
 

@@ -22,7 +22,7 @@ from ..errors import QueryError
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import table_frame
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import MAX_DELAY, Fired
+from ..triggers.engine import Fired
 from ..triggers.plan import stream_admission, stream_trigger
 from ..triggers.replay import Admission, EventTimeTrigger, columns_read, replay
 from ..triggers.rows import RowChange
@@ -36,8 +36,7 @@ _ALL = "__all"  # the single group of a stream without PARTITION BY
 @dataclass(frozen=True)
 class Derived:
     triggers: list[dict[str, Any]]  # queue rows, each with a run-local ``id``
-    states: dict[str, dict[str, Any]]  # group key → final trigger state (checkpoint form)
-    groups: int
+    states: dict[str, dict[str, Any]]  # group key → final trigger state (checkpoint form), one per group
 
 
 def _group_windows(
@@ -122,11 +121,9 @@ def derive_windows(
         if row["event"] == _STATE:
             states[key] = json.loads(row["detail"])
             continue
-        if row["event"] == MAX_DELAY:  # pragma: no cover - replay never runs processing-time delays
-            continue
         values = json.loads(key)
         if key not in identities:
             identities[key] = group_identity(warehouse, stream, values)
         fired = Fired(row["event"], row["wstart"], row["wend"], row["row_count"], json.loads(row["detail"]))
         triggers.append({**queue_row(fired, values, identities[key], -1, fired_at), "id": len(triggers)})
-    return Derived(triggers, states, len(states))
+    return Derived(triggers, states)

@@ -39,7 +39,7 @@ from ..triggers.engine import (
 from ..triggers.period import PeriodTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
-from ..triggers.tick import group_identity, queue_row
+from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows
 from .output import Group, group_of, write_results
 
@@ -141,14 +141,16 @@ def _period_rows(
 ) -> SourceTable:
     """The trigger table's rows each PERIOD tick consumed (its WAL offsets), tagged with the
     tick's trigger id, as a view with the table's columns, tags and tbname."""
-    from ..triggers.tick import rows_in_offsets
-
     table = stream.trigger_table
     assert table is not None
     records = []
+    by_offsets: dict[tuple[int, int], dict[str, list[dict[str, Any]]]] = {}
     for t in triggers:
         detail = json.loads(t.get("detail") or "{}")
-        for values in rows_in_offsets(warehouse, stream, int(detail["from"]), int(detail["to"]), group_of(t).values):
+        span = (int(detail["from"]), int(detail["to"]))
+        if span not in by_offsets:  # one tick's groups share its WAL records: read them once
+            by_offsets[span] = rows_in_offsets(warehouse, stream, *span)
+        for values in by_offsets[span].get(t["group_values"], []):
             records.append({**values, "__tid": int(t["id"])})
     fields = [pa.field("tbname", pa.string())]
     fields += [pa.field(c.name, arrow_type(c.type)) for c in (*table.columns, *table.tags)]

@@ -108,7 +108,7 @@ def _compute(
         outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone)
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
         metadata = {"tdstream/mode": "history", "tdstream/history_offset": history}
-        metadata["tdstream/groups"] = derived.groups
+        metadata["tdstream/groups"] = len(derived.states)
         metadata["tdstream/derive_seconds"] = round(derived_at - started, 2)
         metadata["tdstream/compute_seconds"] = round(time.perf_counter() - derived_at, 2)
     else:

@@ -168,7 +168,7 @@ def pending_runs(
     pending = warehouse.catalog.pending_triggers(stream.key)
     if not pending:
         return SkipReason("no pending triggers")
-    active = instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream.key}, statuses=ACTIVE_STATUSES))
+    active = _active_runs(instance, stream.key)
     low_latency = stream.stmt.option("LOW_LATENCY_CALC") is not None
     if active and not low_latency:
         return SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}")
@@ -219,6 +219,11 @@ def recalculation_backfills(
     return requests
 
 
+def _active_runs(instance: DagsterInstance, stream_key: str) -> list[Any]:
+    """The stream's runs that are queued or running (back-pressure looks at these)."""
+    return list(instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream_key}, statuses=ACTIVE_STATUSES)))
+
+
 def _failed_runs(instance: DagsterInstance, stream_key: str, batch: str) -> list[Any]:
     return list(
         instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES))
@@ -244,9 +249,7 @@ def _history(
     if warehouse.catalog.load_checkpoint(stream.key, history) is not None:
         return TriggerCursor(history), None  # the history run finished: continue incrementally
     waiting = TriggerCursor(None, history).dump()
-    active = context.instance.get_runs(
-        filters=RunsFilter(tags={STREAM_TAG: stream.key}, statuses=ACTIVE_STATUSES), limit=1
-    )
+    active = _active_runs(context.instance, stream.key)
     if active:
         return cursor, SensorResult(
             skip_reason=SkipReason(f"history of {stream.key} is being computed by run {active[0].run_id}"),

@@ -128,7 +128,7 @@ def stream_status(warehouse: Warehouse, info: StreamInfo) -> StreamStatus:
     stream = resolve_stream(warehouse, info)
     trigger = stream.trigger_table
     output = stream.output
-    progress = _progress(warehouse, stream)
+    progress = stream_progress(warehouse, stream)
     bounds = warehouse.key_bounds(trigger) if trigger is not None else None
     per_ms = PRECISIONS[stream.precision] / 1e6
     progress_ms = int(progress * per_ms) if progress is not None else None
@@ -154,7 +154,7 @@ def _streams(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     return rows
 
 
-def _progress(warehouse: Warehouse, stream: StreamDefinition) -> int | None:
+def stream_progress(warehouse: Warehouse, stream: StreamDefinition) -> int | None:
     """The newest event time the stream's trigger has processed (its latest checkpoint, over
     all groups, in the table's precision); None before the first tick and for PERIOD."""
     offset = warehouse.catalog.latest_checkpoint_offset(stream.key)

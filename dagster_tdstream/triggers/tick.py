@@ -324,14 +324,13 @@ class _GroupedRows:
 
 
 def rows_in_offsets(
-    warehouse: Warehouse, stream: StreamDefinition, first: int, last: int, group_values: tuple[Any, ...]
-) -> list[dict[str, Any]]:
-    """A group's rows written in WAL offsets [first, last] (inserts and updates), with
-    column, tag and tbname values: what a PERIOD tick's %%trows hold."""
+    warehouse: Warehouse, stream: StreamDefinition, first: int, last: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Per group key, the rows written in WAL offsets [first, last] (inserts and updates),
+    with column, tag and tbname values: what a PERIOD tick's %%trows hold."""
     table = stream.trigger_table
     if table is None or last < first:
-        return []
+        return {}
     feed = warehouse.delta.change_feed(table.db, table.storage_name, first, last)
     grouped = _GroupedRows(warehouse, stream, table).group(feed)
-    found = grouped.get(json.dumps(list(group_values), default=str))
-    return [change.values for change in found[2] if change.kind != "delete"] if found else []
+    return {key: [c.values for c in changes if c.kind != "delete"] for key, (_, _, changes) in grouped.items()}
