@@ -117,7 +117,7 @@ def test_cli_run_until_idle(tmp_path: Path, spark: object) -> None:
     )
     result = CliRunner().invoke(main, ["run", "--until-idle", "--warehouse", wh])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == "2 sensor tick(s), 1 run(s)"
+    assert result.stdout.splitlines()[0] == "2 sensor tick(s), 1 run(s)"
     out = CliRunner().invoke(
         main, ["sql", "--warehouse", wh, "--timezone", "UTC", "-d", "d", "--format", "csv", "select * from o"]
     )
@@ -134,7 +134,7 @@ def test_cli_conformance_runs_a_directory_and_writes_json(tmp_path: Path, spark:
     report = tmp_path / "report.json"
     result = CliRunner().invoke(main, ["conformance", str(tmp_path / "suite"), "--json", str(report)])
     assert result.exit_code == 1
-    lines = result.output.strip().splitlines()
+    lines = result.stdout.strip().splitlines()
     assert lines[0].startswith("PASS interval_partition_tbname_tags_tgrpid")
     assert lines[1].startswith("FAIL wrong_expectation") and "2 row(s), expected 3" in lines[1]
     assert lines[-1] == "1 passed, 1 failed"

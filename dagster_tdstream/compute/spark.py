@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 SPARK_MASTER_ENV = "TDSTREAM_SPARK_MASTER"
@@ -35,6 +36,9 @@ def build_spark_session(
     """A Spark session (``pyspark.sql.SparkSession``); reuses the active one if any."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    # Python workers (the trigger replay UDF) need this interpreter's packages: without this,
+    # Spark starts whatever ``python3`` is first on PATH, which lacks pyarrow outside a venv shell
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get(SPARK_MASTER_ENV) or "local[2]"
