@@ -4,14 +4,16 @@ Owns the current database, the session time zone and the dispatch of each statem
 to storage (DDL, INSERT, DELETE, tags), to the query translator + Spark (SELECT), and to the
 stream registry (CREATE/DROP/START/STOP STREAM). Every statement is checked whole before it
 changes anything, so a rejected statement leaves every table as it was. Does not know about
-Dagster: the orchestration layer reads the registry this session writes.
+Dagster: the orchestration layer reads the registry this session writes, and a ``control``
+(``orchestration/control.py``) given to the session makes committed stream statements take
+effect in a running Dagster.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -29,9 +31,26 @@ from .sql.walk import sources
 from .storage.catalog import TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
-from .storage.system import stream_progress
+from .storage.system import SYSTEM_DB, stream_progress
 from .storage.types import ValueTypeError, coerce, display_length
 from .storage.warehouse import Warehouse, WriteBatch
+
+
+class StreamControl(Protocol):
+    """The orchestrator's side of stream statements, called once the registry has changed;
+    each returns a note for the user (what happened there, or why it could not)."""
+
+    def stream_created(self, stream_key: str) -> str: ...
+
+    def stream_dropped(self, stream_key: str) -> str: ...
+
+    def set_running(self, stream_key: str, running: bool) -> str:
+        """STOP/START STREAM."""
+        ...
+
+    def reconcile(self, warehouse: Warehouse) -> None:
+        """Before streams' status is shown: take switches flipped in the orchestrator's UI."""
+        ...
 
 
 def normalize(name: str) -> str:
@@ -48,8 +67,10 @@ class Session:
         timezone: str | None = None,
         spark: LazySpark | Any = None,
         clock: Callable[[], int] = time.time_ns,
+        control: StreamControl | None = None,
     ) -> None:
         self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+        self.control = control
         self.database = normalize(database) if database else None
         self.timezone = resolve_timezone(timezone)
         self.spark = spark if isinstance(spark, LazySpark) else LazySpark(session=spark)
@@ -407,6 +428,8 @@ class Session:
         if stmt.what != "DATABASES":
             db = normalize(stmt.db) if stmt.db else self.db_of()
             self.warehouse.database(db)
+        if stmt.what == "STREAMS" and self.control is not None:
+            self.control.reconcile(self.warehouse)
         table = system_table(self.warehouse, name, db)
         if stmt.like is not None:
             import fnmatch
@@ -432,6 +455,11 @@ class Session:
     def _exec_query(self, stmt: ast.Query) -> Result:
         from .storage.spark_read import SparkViews
 
+        if self.control is not None and any(
+            isinstance(source, ast.TableSource) and normalize(source.table.db or "") == SYSTEM_DB
+            for source in sources(stmt.select)
+        ):
+            self.control.reconcile(self.warehouse)
         spark = self.spark.get()
         views = SparkViews(spark, self.warehouse, self.database)
         try:
@@ -464,7 +492,7 @@ class Session:
         start_offset = self._stream_start_offset(stmt, db)
         with self.warehouse.catalog.transaction() as conn:
             self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, self.timezone.key)
-        return Result(message="Create OK")
+        return self._told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
 
     def _stream_start_offset(self, stmt: ast.CreateStream, db: str) -> int:
         """Where in the trigger table's WAL the stream starts: at its beginning when the stream
@@ -475,6 +503,12 @@ class Session:
             return 0
         table = self.table(ast.QualifiedName(stmt.trigger_table.name, stmt.trigger_table.db or db))
         return self.warehouse.delta.version(table.db, table.storage_name) + 1
+
+    def _told(self, message: str, tell: Callable[[StreamControl], str]) -> Result:
+        """The result of a committed stream statement, with what the orchestrator made of it."""
+        if self.control is None:
+            return Result(message=message)
+        return Result(message=f"{message}\n{tell(self.control)}")
 
     def _stream(self, name: ast.QualifiedName, if_exists: bool) -> tuple[str, str] | None:
         db, stream = self.db_of(name), normalize(name.name)
@@ -489,12 +523,14 @@ class Session:
         if found is not None:
             with self.warehouse.catalog.transaction() as conn:
                 self.warehouse.catalog.drop_stream(conn, *found)
+            return self._told("Drop OK", lambda control: control.stream_dropped(".".join(found)))
         return Result(message="Drop OK")
 
     def _exec_stopstream(self, stmt: ast.StopStream) -> Result:
         found = self._stream(stmt.name, stmt.if_exists)
         if found is not None:
             self.warehouse.catalog.set_stream_status(*found, "Stopped")
+            return self._told("Stop OK", lambda control: control.set_running(".".join(found), False))
         return Result(message="Stop OK")
 
     def _exec_startstream(self, stmt: ast.StartStream) -> Result:
@@ -510,6 +546,7 @@ class Session:
                 if table is not None:
                     resume_from = self.warehouse.delta.version(table.db, table.storage_name) + 1
             self.warehouse.catalog.set_stream_status(*found, "Running", resume_from)
+            return self._told("Start OK", lambda control: control.set_running(".".join(found), True))
         return Result(message="Start OK")
 
     def _exec_recalculatestream(self, stmt: ast.RecalculateStream) -> Result:

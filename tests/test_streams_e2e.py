@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dagster import AssetCheckResult, DagsterInstance, DagsterRunStatus, materialize
+from dagster import AssetCheckResult, DagsterInstance, DagsterRunStatus, RunsFilter, materialize
+from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.storage.tags import BACKFILL_ID_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from dagster_tdstream import Session, StreamHarness, StreamValidationError, Warehouse
@@ -315,6 +317,15 @@ def test_recalculate_stream_is_a_backfill_that_fixes_the_output(session: Session
     report = harness.run_until_idle()
     assert report.failures == [] and report.backfills == [("tdstream/d/out", "2023-11-14-22:00", "2023-11-14-22:00")]
     assert output(session, "select * from out") == [(T, 2, 41), (T + 10000, 1, 2)]
+    # the same backfill the UI's backfill page lists, with the run it launched
+    (backfill,) = harness.instance.get_backfills()
+    assert backfill.status == BulkActionStatus.COMPLETED_SUCCESS
+    subset = backfill.asset_backfill_data.target_subset
+    assert [(k.asset_key.to_user_string(), k.partition_key) for k in subset.iterate_asset_partitions()] == [
+        ("tdstream/d/out", "2023-11-14-22:00")
+    ]
+    (run,) = harness.instance.get_runs(filters=RunsFilter(tags={BACKFILL_ID_TAG: backfill.backfill_id}))
+    assert run.status == DagsterRunStatus.SUCCESS
     assert harness.run_until_idle().runs == 0  # requested once
     with pytest.raises(StreamValidationError, match="TO must be after FROM"):
         session.execute(f"recalculate stream s from {T} to {T}")

@@ -38,6 +38,19 @@ def _guarded(debug: bool, action: Callable[[], Any]) -> Any:
         _fail(exc, debug)
 
 
+def _session(warehouse: str | None, metadata_url: str | None, database: str | None, timezone: str | None) -> Any:
+    """A SQL session on the warehouse; when a Dagster serves it (recorded by its code location,
+    or named by DAGSTER_HOME / TDSTREAM_DAGSTER_URL), stream statements take effect there."""
+    from ..orchestration.control import DagsterLink, DagsterStreamControl
+    from ..session import Session
+    from ..storage.warehouse import Warehouse
+
+    opened = Warehouse(warehouse, metadata_url=metadata_url)
+    link = DagsterLink.recorded(opened)
+    control = DagsterStreamControl(link) if link is not None else None
+    return Session(opened, database=database, timezone=timezone, control=control)
+
+
 @click.group()
 @click.version_option(package_name="dagster-tdstream")
 def main() -> None:
@@ -81,10 +94,7 @@ def sql(
     script = statements if statements is not None else Path(file).read_text()  # type: ignore[arg-type]
 
     def run() -> None:
-        from ..session import Session
-        from ..storage.warehouse import Warehouse
-
-        session = Session(Warehouse(warehouse, metadata_url=metadata_url), database=database, timezone=timezone)
+        session = _session(warehouse, metadata_url, database, timezone)
         for result in session.iter_execute(script):
             if result.table is None:
                 if fmt != "json":
@@ -119,13 +129,7 @@ def shell(
     """An interactive SQL prompt: statements end with ';', 'source FILE' runs a file, 'quit' leaves."""
     from .shell import Shell, interactive_reader, lines_from
 
-    def open_session() -> Any:
-        from ..session import Session
-        from ..storage.warehouse import Warehouse
-
-        return Session(Warehouse(warehouse, metadata_url=metadata_url), database=database, timezone=timezone)
-
-    session = _guarded(debug, open_session)
+    session = _guarded(debug, lambda: _session(warehouse, metadata_url, database, timezone))
     interactive = sys.stdin.isatty()
     if interactive:
         click.echo("tdstream shell — statements end with ';', 'help' for commands, 'quit' to leave.")

@@ -9,7 +9,6 @@ definitions from the warehouse's stream registry — streams created at run time
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from ..triggers.period import PeriodTrigger, cron_schedules
 from ..triggers.plan import not_built, stream_trigger
 from .assets import build_stream_asset
 from .checks import build_lag_check
+from .control import DagsterLink, definition_name, schedule_name, sensor_name
 from .partitions import partitions_for
 from .resources import TDStreamSpark, TDStreamWarehouse
 from .schedules import build_period_schedule
@@ -32,10 +32,6 @@ from .sensors import build_trigger_sensor
 from .translator import DagsterTDStreamTranslator
 
 DEFAULT_MAX_LAG_SECONDS = 600.0
-
-
-def _identifier(text: str) -> str:
-    return re.sub(r"\W", "_", text)
 
 
 @dataclass
@@ -84,19 +80,20 @@ def stream_definitions(
     for stream in streams:
         spec = translator.get_asset_spec(stream)
         partitions = partitions_for(warehouse, stream, partition_grain)
-        name = _identifier(f"{stream.db}__{stream.name}")
-        asset = build_stream_asset(stream.key, spec, partitions, name)
+        asset = build_stream_asset(stream.key, spec, partitions, definition_name(stream.key))
         running = stream.info.status != "Stopped"
         lag_check = build_lag_check(stream.key, spec.key, max_lag_seconds)
         crons = _period_crons(stream)
         if crons is not None:
             zone = resolve_timezone(stream.info.timezone).key
             schedule = build_period_schedule(
-                stream.key, asset, partitions, f"{name}__period", crons, zone, running=running
+                stream.key, asset, partitions, schedule_name(stream.key), crons, zone, running=running
             )
             jobs.append(StreamJob(stream.key, asset, lag_check, schedule=schedule))
             continue
-        sensor = build_trigger_sensor(stream.key, asset, partitions, f"{name}__trigger", running=running, clock=clock)
+        sensor = build_trigger_sensor(
+            stream.key, asset, partitions, sensor_name(stream.key), running=running, clock=clock
+        )
         jobs.append(StreamJob(stream.key, asset, lag_check, sensor=sensor))
     return jobs
 
@@ -116,6 +113,11 @@ def build_definitions(
     project = project or TDStreamProject()
     warehouse = project.open_warehouse()
     project.apply_sql_files(warehouse)
+    # SQL sessions in other shells find this Dagster here (CREATE STREAM reloads us, STOP
+    # STREAM switches our sensors)
+    link = DagsterLink.from_environment()
+    if link is not None:
+        link.record(warehouse)
     jobs = stream_definitions(
         warehouse,
         load_streams(warehouse),

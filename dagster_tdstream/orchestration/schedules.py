@@ -47,7 +47,7 @@ def build_period_schedule(
         context: ScheduleEvaluationContext, tdstream_warehouse: TDStreamWarehouse
     ) -> list[RunRequest] | SkipReason:
         warehouse = tdstream_warehouse.get()
-        stream = runnable_stream(warehouse, stream_key)
+        stream = runnable_stream(warehouse, stream_key, context.instance, name)
         if isinstance(stream, SkipReason):
             return stream
         tick = int(context.scheduled_execution_time.timestamp()) * 10**9

@@ -41,6 +41,7 @@ from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
 from .assets import BATCH_TAG, HISTORY_MODE, HISTORY_TAG, MODE_TAG, STREAM_TAG, TRIGGERS_MODE
+from .control import adopt_switch, switched_states
 from .partitions import event_time_bounds, to_datetime
 from .resources import TDStreamWarehouse
 
@@ -94,7 +95,7 @@ def build_trigger_sensor(
         context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse
     ) -> SensorResult | SkipReason:
         warehouse = tdstream_warehouse.get()
-        stream = runnable_stream(warehouse, stream_key)
+        stream = runnable_stream(warehouse, stream_key, context.instance, name)
         if isinstance(stream, SkipReason):
             return stream
         cursor = TriggerCursor.load(context.cursor)
@@ -129,14 +130,21 @@ def build_trigger_sensor(
 TICK_ERROR = "trigger tick failed: "
 
 
-def runnable_stream(warehouse: Warehouse, stream_key: str) -> StreamDefinition | SkipReason:
-    """The stream a tick works on, or why the tick skips: it was dropped, or it is stopped."""
+def runnable_stream(
+    warehouse: Warehouse, stream_key: str, instance: DagsterInstance, instigator: str
+) -> StreamDefinition | SkipReason:
+    """The stream a tick works on, or why the tick skips: it was dropped, or it is stopped. A
+    stopped stream whose sensor or schedule was switched on by hand since (the UI's toggle)
+    is started: the switch is START STREAM."""
     try:
         stream = load_stream(warehouse, stream_key)
     except TDStreamError as exc:
         return SkipReason(str(exc))
     if stream.info.status == "Stopped":
-        return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
+        if switched_states(instance).get(instigator) != "Running":
+            return SkipReason(f"stream {stream_key} is stopped (START STREAM resumes it)")
+        adopt_switch(warehouse, stream.info, "Running")
+        stream = load_stream(warehouse, stream_key)
     return stream
 
 

@@ -150,6 +150,15 @@ triggers_table = Table(
     UniqueConstraint("stream", "trigger_id", "event", "offset", name="tds_triggers_once"),
 )
 
+settings_table = Table(
+    "tds_settings",
+    _meta,
+    # facts about the warehouse's deployment, e.g. which Dagster instance and webserver run
+    # its streams (recorded by the code location, read by SQL sessions to reach them)
+    Column("key", String(200), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
 
 @dataclass(frozen=True)
 class DatabaseInfo:
@@ -635,6 +644,20 @@ class Catalog:
                 )
                 .values(last_error=error)
             )
+
+    def settings(self, prefix: str) -> dict[str, str]:
+        """The settings whose key starts with ``prefix``."""
+        with self._conn(None) as c:
+            rows = c.execute(select(settings_table).where(settings_table.c.key.startswith(prefix)))
+            return {row.key: row.value for row in rows}
+
+    def put_settings(self, values: dict[str, str | None]) -> None:
+        """Write settings in one transaction; None removes a key."""
+        with self.transaction() as conn:
+            for key, value in values.items():
+                conn.execute(delete(settings_table).where(settings_table.c.key == key))
+                if value is not None:
+                    conn.execute(insert(settings_table).values(key=key, value=value))
 
     @contextmanager
     def _conn(self, conn: Connection | None) -> Iterator[Connection]:

@@ -27,7 +27,13 @@ from dagster import (
     build_sensor_context,
     materialize,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    BACKFILL_ID_TAG,
+)
+from dagster._core.utils import make_new_backfill_id
 from dagster._utils.schedules import schedule_execution_time_iterator
 
 from ..orchestration.definitions import StreamJob, stream_definitions
@@ -64,7 +70,7 @@ class StreamHarness:
             # a persistent instance in a temporary folder: schedule contexts load the instance
             # by reference, which an ephemeral one does not have
             self._instance_dir = tempfile.TemporaryDirectory(prefix="tdstream-dagster-")
-            instance = DagsterInstance.local_temp(self._instance_dir.name)
+            instance = DagsterInstance.local_temp(self._instance_dir.name, overrides={"telemetry": {"enabled": False}})
         self.instance = instance
         self._clock = clock
         self.skew_ns = 0  # processing time moved forward by ``advance_clock``
@@ -153,11 +159,25 @@ class StreamHarness:
 
     def run(self, asset: AssetsDefinition, request: RunRequest, report: HarnessReport) -> None:
         tags = dict(request.tags)
+        backfill = None
         if request.asset_graph_subset is not None:
-            # a backfill (RECALCULATE): the daemon would run it as one run over the partition
-            # range (the asset's backfill policy is single-run); the harness does the same
+            # a backfill (RECALCULATE): stored in the instance as the sensor daemon stores it,
+            # and run as the backfill daemon would, one run over the partition range (the
+            # asset's backfill policy is single-run)
+            backfill = PartitionBackfill.from_asset_graph_subset(
+                backfill_id=make_new_backfill_id(),
+                dynamic_partitions_store=self.instance,
+                backfill_timestamp=time.time(),
+                asset_graph_subset=request.asset_graph_subset,
+                tags=tags,
+                title=None,
+                description=None,
+                run_config=None,
+            )
+            self.instance.add_backfill(backfill)
             keys = sorted(request.asset_graph_subset.partitions_subsets_by_asset_key[asset.key].get_partition_keys())
             tags.update({ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]})
+            tags[BACKFILL_ID_TAG] = backfill.backfill_id
             report.backfills.append((asset.key.to_user_string(), keys[0], keys[-1]))
         result = materialize(
             [asset],
@@ -168,6 +188,9 @@ class StreamHarness:
             run_config={"loggers": {"console": {"config": {"log_level": self.log_level}}}},
         )
         report.runs += 1
+        if backfill is not None:
+            done = BulkActionStatus.COMPLETED_SUCCESS if result.success else BulkActionStatus.COMPLETED_FAILED
+            self.instance.update_backfill(backfill.with_status(done).with_end_timestamp(time.time()))
         if not result.success:
             errors = []
             for event in result.get_step_failure_events():
