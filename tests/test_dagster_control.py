@@ -65,9 +65,9 @@ def dagster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DAGSTER_HOME": str(home), "TDSTREAM_DAGSTER_URL": url, "SPARK_LOCAL_IP": "127.0.0.1"}
     log = (root / "webserver.log").open("w")
+    webserver = str(Path(sys.executable).parent / "dagster-webserver")
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1"]
-        + ["-p", str(port)],
+        [webserver, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
         cwd=root,
         env=env,
         stdout=log,
@@ -159,9 +159,9 @@ def test_create_stream_reloads_the_code_location_and_drop_removes_it(dagster: di
     assert loaded["sensors"]["d__s2__trigger"]["status"] == "RUNNING"
     assert "tdstream/d/o2" in loaded["assets"]
     # idempotent: nothing changes, nothing is reloaded
-    assert cli("create stream if not exists s2 count_window(2) from t into o2 as select _twstart, sum(v) from %%trows") == [
-        "OK (stream exists)"
-    ]
+    assert cli(
+        "create stream if not exists s2 count_window(2) from t into o2 as select _twstart, sum(v) from %%trows"
+    ) == ["OK (stream exists)"]
     # the stream computes (in-process here), then DROP takes its definitions and keeps its output
     cli(f"insert into t values ({T}, 1) ({T + 1000}, 2)")
     assert StreamHarness(Warehouse(dagster["warehouse"]), timezone="UTC").run_until_idle().failures == []
@@ -192,7 +192,9 @@ def test_turning_the_sensor_off_in_the_ui_stops_the_stream(dagster: dict[str, An
     assert dict(zip(header, row, strict=True))["status"] == "Stopped"
     selector = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "sensorName": "d__s__trigger"}
     _graphql(
-        dagster["url"], "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename } }", {"s": selector}
+        dagster["url"],
+        "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename } }",
+        {"s": selector},
     )
     assert _status(cli, "s") == "Running"
 
@@ -238,7 +240,9 @@ def test_an_unreachable_dagster_is_reported_and_the_statement_still_counts(tmp_p
     control = DagsterStreamControl(DagsterLink(None, closed), timeout_seconds=5)
     session = Session(warehouse, timezone="UTC", control=control)
     session.execute("create database d; use d; create table t (ts timestamp, v int)")
-    (created,) = session.execute("create stream s state_window(v) from t into o as select _twstart, count(*) n from %%trows")
+    (created,) = session.execute(
+        "create stream s state_window(v) from t into o as select _twstart, count(*) n from %%trows"
+    )
     assert created.message.splitlines() == [
         "Create OK",
         f"Dagster: no Dagster webserver answers at {closed} ([Errno 111] Connection refused); "
