@@ -329,3 +329,46 @@ def test_recalculate_stream_is_a_backfill_that_fixes_the_output(session: Session
     assert harness.run_until_idle().runs == 0  # requested once
     with pytest.raises(StreamValidationError, match="TO must be after FROM"):
         session.execute(f"recalculate stream s from {T} to {T}")
+
+
+def test_stream_tasks_show_reader_trigger_and_runner(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (2);"
+        "create stream s interval(10s) sliding(10s) from st partition by tbname into out "
+        "as select _twstart, count(*) n from %%trows;"
+        "create stream p period(1m) into p_out as select cast(_tlocaltime / 1000000 as timestamp) ts, 1 one;"
+        "create stream gone interval(10s) sliding(10s) from b into out_b as select _twstart, count(*) from %%trows"
+    )
+    columns = "stream_name, task_id, type, node_type, node_id, status, extra_info, message"
+    tasks = f"select {columns} from information_schema.ins_stream_tasks order by stream_name, task_id"
+    assert session.query(tasks).rows == [
+        ("gone", 0, "Reader", "delta", "d.st", "Running", "WAL nothing read yet, latest version 0", None),
+        ("gone", 1, "Trigger", "sensor", "d__gone__trigger", "Running", "0 pending trigger(s)", None),
+        (
+            "gone",
+            2,
+            "Runner",
+            "asset",
+            "d__gone",
+            "Running",
+            "0 window(s) recalculated, 0 recalculation(s) waiting",
+            None,
+        ),
+        ("p", 0, "Trigger", "schedule", "d__p__period", "Running", "0 pending trigger(s)", None),
+        ("p", 1, "Runner", "asset", "d__p", "Running", "0 window(s) recalculated, 0 recalculation(s) waiting", None),
+        ("s", 0, "Reader", "delta", "d.st", "Running", "WAL nothing read yet, latest version 0", None),
+        ("s", 1, "Trigger", "sensor", "d__s__trigger", "Running", "0 pending trigger(s)", None),
+        ("s", 2, "Runner", "asset", "d__s", "Running", "0 window(s) recalculated, 0 recalculation(s) waiting", None),
+    ]
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 2) ({T + 25000}, 3); drop table b")
+    session.execute("stop stream p")
+    assert harness.run_until_idle().failures == []
+    rows = {(r[0], r[2]): r for r in session.query(tasks).rows}
+    assert rows[("s", "Reader")][5:] == ("Running", "WAL read to version 1, latest version 1", None)
+    assert rows[("p", "Trigger")][5] == "Stopped" and rows[("p", "Runner")][5] == "Stopped"
+    assert rows[("gone", "Reader")][3:] == ("delta", "d.b", "Failed", None, "trigger table d.b was dropped")
+    assert rows[("gone", "Trigger")][5] == "Failed" and "trigger table d.b was dropped" in rows[("gone", "Trigger")][7]
+    (updated,) = session.query(
+        "select last_update from information_schema.ins_stream_tasks where stream_name = 's' and type = 'Trigger'"
+    ).rows
+    assert updated[0] is not None

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from ..names import schedule_name, sensor_name
 from ..storage.catalog import StreamInfo
 from ..storage.warehouse import Warehouse
 
@@ -32,19 +32,6 @@ DEFAULT_WEBSERVER = "http://127.0.0.1:3000"  # where `dagster dev` and `dg dev` 
 _HOME_KEY, _WEBSERVER_KEY = "dagster.home", "dagster.webserver"
 # a code location serves tdstream when its repository has this resource (definitions.py)
 WAREHOUSE_RESOURCE = "tdstream_warehouse"
-
-
-def definition_name(stream_key: str) -> str:
-    """The Python identifier a stream's Dagster objects are named from (``db__name``)."""
-    return re.sub(r"\W", "_", stream_key.replace(".", "__", 1))
-
-
-def sensor_name(stream_key: str) -> str:
-    return f"{definition_name(stream_key)}__trigger"
-
-
-def schedule_name(stream_key: str) -> str:
-    return f"{definition_name(stream_key)}__period"
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,15 @@ from pathlib import Path
 
 from dagster import AssetChecksDefinition, AssetsDefinition, Definitions, ScheduleDefinition, SensorDefinition
 
+from ..names import definition_name, schedule_name, sensor_name
 from ..session import Session
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_streams
 from ..storage.warehouse import Warehouse
-from ..triggers.period import PeriodTrigger, cron_schedules
-from ..triggers.plan import not_built, stream_trigger
+from ..triggers.plan import period_crons
 from .assets import build_stream_asset
 from .checks import build_lag_check
-from .control import DagsterLink, definition_name, schedule_name, sensor_name
+from .control import DagsterLink
 from .partitions import partitions_for
 from .resources import TDStreamSpark, TDStreamWarehouse
 from .schedules import build_period_schedule
@@ -83,7 +83,7 @@ def stream_definitions(
         asset = build_stream_asset(stream.key, spec, partitions, definition_name(stream.key))
         running = stream.info.status != "Stopped"
         lag_check = build_lag_check(stream.key, spec.key, max_lag_seconds)
-        crons = _period_crons(stream)
+        crons = period_crons(stream)
         if crons is not None:
             zone = resolve_timezone(stream.info.timezone).key
             schedule = build_period_schedule(
@@ -96,15 +96,6 @@ def stream_definitions(
         )
         jobs.append(StreamJob(stream.key, asset, lag_check, sensor=sensor))
     return jobs
-
-
-def _period_crons(stream: StreamDefinition) -> list[str] | None:
-    """Cron strings for a PERIOD stream whose grid cron can express; None otherwise (other
-    triggers, sub-minute periods: the trigger sensor's timer)."""
-    if not_built(stream.stmt):
-        return None
-    trigger = stream_trigger(stream)
-    return cron_schedules(trigger.spec) if isinstance(trigger, PeriodTrigger) else None
 
 
 def build_definitions(

@@ -36,6 +36,7 @@ from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from ..errors import TDStreamError
+from ..storage.catalog import TICK_ERROR
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerNotBuiltError
@@ -125,9 +126,6 @@ def build_trigger_sensor(
         return SensorResult(run_requests=[*backfills, *answer], cursor=new_cursor)
 
     return trigger_sensor
-
-
-TICK_ERROR = "trigger tick failed: "
 
 
 def runnable_stream(

@@ -42,6 +42,9 @@ from .types import type_from_json, type_to_json
 
 _meta = MetaData()
 
+# a stream's last_error starts with this when its trigger tick failed (a run's error does not)
+TICK_ERROR = "trigger tick failed: "
+
 databases_table = Table(
     "tds_databases",
     _meta,
@@ -538,6 +541,15 @@ class Catalog:
         with self._conn(None) as c:
             return c.execute(
                 select(func.max(checkpoints_table.c.offset)).where(checkpoints_table.c.stream == stream)
+            ).scalar_one()
+
+    def last_checkpoint_at(self, stream: str) -> int | None:
+        """When the stream's trigger last checkpointed its state (epoch ms)."""
+        from sqlalchemy import func
+
+        with self._conn(None) as c:
+            return c.execute(
+                select(func.max(checkpoints_table.c.created_at)).where(checkpoints_table.c.stream == stream)
             ).scalar_one()
 
     def load_checkpoint(self, stream: str, offset: int) -> dict[str, Any] | None:

@@ -1,9 +1,9 @@
 """``information_schema``: the catalog as tables.
 
 Owns the system tables TDengine users query — ``ins_databases``, ``ins_stables``,
-``ins_tables``, ``ins_streams`` — built from the catalog as Arrow tables with TDengine's
-column names (timestamps as epoch milliseconds). ``SHOW …`` statements and SELECTs over
-``information_schema.*`` both read them. Reads only.
+``ins_tables``, ``ins_streams``, ``ins_stream_tasks`` — built from the catalog as Arrow tables
+with TDengine's column names (timestamps as epoch milliseconds). ``SHOW …`` statements and
+SELECTs over ``information_schema.*`` both read them. Reads only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..errors import CatalogError
 from ..sql.ast import ColumnDef, DataType
 from ..sql.timeunits import PRECISIONS
-from .catalog import StreamInfo
+from .catalog import TICK_ERROR, StreamInfo
 from .registry import StreamDefinition, resolve_stream
 from .warehouse import Warehouse
 
@@ -49,6 +49,15 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
         ColumnDef("output_table", _name(386)), ColumnDef("progress", TS), ColumnDef("lag_ms", BIGINT),
         ColumnDef("pending_triggers", BIGINT), ColumnDef("recalculations", BIGINT),
         ColumnDef("last_error", _name(4096)),
+    ),
+    # TDengine's stream tasks as they run here: the Reader is the trigger table's Delta log
+    # (its versions are the WAL), the Trigger the stream's Dagster sensor or schedule, the
+    # Runner the runs of its asset
+    "ins_stream_tasks": (
+        ColumnDef("stream_name", _name()), ColumnDef("db_name", _name()), ColumnDef("task_id", INT),
+        ColumnDef("type", _name(10)), ColumnDef("node_type", _name(16)), ColumnDef("node_id", _name(400)),
+        ColumnDef("status", _name(20)), ColumnDef("last_update", TS), ColumnDef("extra_info", _name(256)),
+        ColumnDef("message", _name(4096)),
     ),
 }  # fmt: skip
 
@@ -154,6 +163,75 @@ def _streams(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     return rows
 
 
+def _stream_tasks(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    from ..names import definition_name, schedule_name, sensor_name
+    from ..triggers.plan import period_crons
+
+    rows: list[list[object]] = []
+    for info in warehouse.catalog.list_streams(db):
+        stream = resolve_stream(warehouse, info)
+        tick_error = info.last_error if info.last_error and info.last_error.startswith(TICK_ERROR) else None
+        run_error = info.last_error if info.last_error and tick_error is None else None
+        checkpointed = warehouse.catalog.last_checkpoint_at(info.key)
+        offset = warehouse.catalog.latest_checkpoint_offset(info.key)
+        tasks: list[list[object]] = []
+        table = stream.trigger_table
+        if table is not None:
+            latest = warehouse.delta.version(table.db, table.storage_name)
+            read = f"read to version {offset}" if offset is not None else "nothing read yet"
+            tasks.append(
+                [
+                    "Reader",
+                    "delta",
+                    f"{table.db}.{table.storage_name}",
+                    info.status,
+                    checkpointed,
+                    f"WAL {read}, latest version {latest}",
+                    None,
+                ]
+            )
+        elif stream.trigger_missing is not None:
+            tasks.append(
+                [
+                    "Reader",
+                    "delta",
+                    stream.trigger_missing,
+                    "Failed",
+                    checkpointed,
+                    None,
+                    f"trigger table {stream.trigger_missing} was dropped",
+                ]
+            )
+        on_schedule = stream.trigger_missing is None and period_crons(stream) is not None
+        instigator = ("schedule", schedule_name(info.key)) if on_schedule else ("sensor", sensor_name(info.key))
+        pending = warehouse.catalog.count_pending(info.key)
+        tasks.append(
+            [
+                "Trigger",
+                *instigator,
+                "Failed" if tick_error and info.status == "Running" else info.status,
+                checkpointed,
+                f"{pending} pending trigger(s)",
+                tick_error,
+            ]
+        )
+        waiting = len(warehouse.catalog.pending_recalculations(info.key))
+        recalculated = warehouse.catalog.count_events(info.key, "RECALC")
+        tasks.append(
+            [
+                "Runner",
+                "asset",
+                definition_name(info.key),
+                "Failed" if run_error and info.status == "Running" else info.status,
+                None,
+                f"{recalculated} window(s) recalculated, {waiting} recalculation(s) waiting",
+                run_error,
+            ]
+        )
+        rows += [[info.name, info.db, task_id, *task] for task_id, task in enumerate(tasks)]
+    return rows
+
+
 def stream_progress(warehouse: Warehouse, stream: StreamDefinition) -> int | None:
     """The newest event time the stream's trigger has processed (its latest checkpoint, over
     all groups, in the table's precision); None before the first tick and for PERIOD."""
@@ -177,4 +255,5 @@ _ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {
     "ins_stables": _stables,
     "ins_tables": _tables,
     "ins_streams": _streams,
+    "ins_stream_tasks": _stream_tasks,
 }

@@ -13,7 +13,7 @@ from ..sql.timeunits import resolve_timezone
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
 from .engine import WINDOW_CLOSE, TriggerNotBuiltError, WindowTrigger
-from .period import PeriodTrigger
+from .period import PeriodTrigger, cron_schedules
 from .replay import Admission
 from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
 from .sliding import PointSpec, SlidingPointTrigger
@@ -108,6 +108,15 @@ def stream_admission(stream: StreamDefinition) -> Admission:
     """Which of the trigger table's rows reach the stream's trigger."""
     pre_filter = stream.stmt.option("PRE_FILTER")
     return Admission(stream.history_start, pre_filter.expr if pre_filter is not None else None)
+
+
+def period_crons(stream: StreamDefinition) -> list[str] | None:
+    """Cron strings for a PERIOD stream whose grid cron can express (it runs on a schedule);
+    None otherwise (other triggers, sub-minute periods: the trigger sensor's timer)."""
+    if not_built(stream.stmt):
+        return None
+    trigger = stream_trigger(stream)
+    return cron_schedules(trigger.spec) if isinstance(trigger, PeriodTrigger) else None
 
 
 def stream_trigger(stream: StreamDefinition) -> Trigger:
