@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
         TDStreamError,
         WriteRejectedError,
     )
+    from .orchestration.component import TDStreamComponent
     from .orchestration.definitions import TDStreamProject, build_definitions
     from .orchestration.resources import TDStreamSpark, TDStreamWarehouse
     from .orchestration.translator import DagsterTDStreamTranslator
@@ -38,6 +39,7 @@ _EXPORTS = {
     "SqlSyntaxError": ".errors",
     "StreamHarness": ".testing.harness",
     "StreamValidationError": ".errors",
+    "TDStreamComponent": ".orchestration.component",
     "TDStreamError": ".errors",
     "TDStreamProject": ".orchestration.definitions",
     "TDStreamSpark": ".orchestration.resources",
@@ -59,6 +61,7 @@ __all__ = [
     "SqlSyntaxError",
     "StreamHarness",
     "StreamValidationError",
+    "TDStreamComponent",
     "TDStreamError",
     "TDStreamProject",
     "TDStreamSpark",

@@ -15,6 +15,7 @@ def test_public_surface() -> None:
         "SqlSyntaxError",
         "StreamHarness",
         "StreamValidationError",
+        "TDStreamComponent",
         "TDStreamError",
         "TDStreamProject",
         "TDStreamSpark",
