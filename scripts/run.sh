@@ -8,5 +8,8 @@ source scripts/bootstrap.sh
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 mkdir -p "$DAGSTER_HOME"
 cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
-echo "Dagster UI: http://127.0.0.1:${DAGSTER_PORT:-3000}  (Ctrl-C stops it)"
+# the code location records this (and DAGSTER_HOME) in the warehouse's catalog, so
+# `tdstream sql` in another shell reloads it on CREATE STREAM and switches sensors on STOP/START
+export TDSTREAM_DAGSTER_URL="http://127.0.0.1:${DAGSTER_PORT:-3000}"
+echo "Dagster UI: $TDSTREAM_DAGSTER_URL  (Ctrl-C stops it)"
 exec .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}"
