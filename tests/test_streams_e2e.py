@@ -372,3 +372,28 @@ def test_stream_tasks_show_reader_trigger_and_runner(session: Session, harness: 
         "select last_update from information_schema.ins_stream_tasks where stream_name = 's' and type = 'Trigger'"
     ).rows
     assert updated[0] is not None
+
+
+def test_recalculate_count_window_needs_both_ends_and_stays_within_progress(
+    session: Session, harness: StreamHarness
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream c count_window(2) from a into out as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 1000}, 2) ({T + 2000}, 3) ({T + 3000}, 4) ({T + 4000}, 5)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T, 2, 3), (T + 2000, 2, 7)]
+    with pytest.raises(StreamValidationError, match="COUNT_WINDOW stream needs both FROM and TO"):
+        session.execute(f"recalculate stream c from {T}")
+    # progress is T+4s (the newest row read); a range past it is ignored as a whole
+    (ignored,) = session.execute(f"recalculate stream c from {T} to {T + 60000}")
+    assert ignored.message.startswith("Recalculate ignored: COUNT_WINDOW stream d.c recalculates only")
+    assert harness.run_until_idle().backfills == []
+    session.execute(f"insert into a values ({T + 1000}, 20)")  # an update: COUNT_WINDOW ignores it
+    assert harness.run_until_idle().runs == 0
+    (accepted,) = session.execute(f"recalculate stream c from {T} to {T + 4000}")
+    assert accepted.message.startswith("Recalculate OK")
+    report = harness.run_until_idle()
+    assert report.failures == [] and report.backfills == [("tdstream/d/out", "2023-11-14", "2023-11-14")]  # daily for COUNT
+    assert output(session, "select * from out") == [(T, 2, 21), (T + 2000, 2, 7)]
