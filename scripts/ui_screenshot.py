@@ -111,7 +111,8 @@ def main() -> None:
             targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10).read())
             target = next(t for t in targets if t["type"] == "page")
             page = Page(websocket.create_connection(target["webSocketDebuggerUrl"], timeout=60))
-            page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+            page.call("Emulation.setDeviceMetricsOverride", **metrics)
             page.call("Page.enable")
             page.call("Page.navigate", url=args.url)
             page.click_text("Skip", timeout=10)  # the first-visit community dialog
