@@ -395,5 +395,7 @@ def test_recalculate_count_window_needs_both_ends_and_stays_within_progress(
     (accepted,) = session.execute(f"recalculate stream c from {T} to {T + 4000}")
     assert accepted.message.startswith("Recalculate OK")
     report = harness.run_until_idle()
-    assert report.failures == [] and report.backfills == [("tdstream/d/out", "2023-11-14", "2023-11-14")]  # daily for COUNT
+    assert report.failures == [] and report.backfills == [
+        ("tdstream/d/out", "2023-11-14", "2023-11-14")
+    ]  # daily for COUNT
     assert output(session, "select * from out") == [(T, 2, 21), (T + 2000, 2, 7)]
