@@ -106,6 +106,38 @@ def sql(
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, required=True, help="Port to listen on (the NOTIFY URL's port).")
+@click.option("--count", type=int, default=None, help="Stop after this many messages.")
+@click.option("--seconds", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--raw", is_flag=True, help="One message per line as received, instead of indented JSON.")
+@_debug
+def listen(host: str, port: int, count: int | None, seconds: float | None, raw: bool, debug: bool) -> None:
+    """Receive stream notifications over WebSocket and print them (ws://HOST:PORT/any/path)."""
+    import json
+
+    from ..notify.listen import listen as serve
+
+    def show(text: str) -> None:
+        if raw:
+            click.echo(text)
+            return
+        try:
+            click.echo(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
+        except ValueError:
+            click.echo(text)
+
+    def ready() -> None:
+        click.echo(f"listening on ws://{host}:{port} (Ctrl-C stops)", err=True)
+
+    try:
+        received = _guarded(debug, lambda: serve(host, port, show, count=count, seconds=seconds, on_ready=ready))
+    except KeyboardInterrupt:
+        return
+    click.echo(f"{received} message(s) received", err=True)
+
+
+@main.command()
 @click.option("-d", "--database", default=None, help="Database to USE first.")
 @click.option(
     "--history",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -37,7 +37,7 @@ from ..triggers.engine import (
     WindowTrigger,
 )
 from ..triggers.period import PeriodTrigger
-from ..triggers.plan import stream_trigger
+from ..triggers.plan import computed_events, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows
@@ -52,6 +52,8 @@ class RunOutcome:
     output_version: int | None
     offsets: tuple[int, int] | None
     tables: tuple[str, ...]
+    # each computed trigger's result rows (column name → value), for notifications
+    results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _source_types(views: SparkViews, stream: StreamDefinition) -> dict[str, ast.DataType]:
@@ -76,10 +78,14 @@ def compute_triggers(
     replace_range: tuple[int, int] | None = None,
     clock: Callable[[], int] = time.time_ns,
 ) -> RunOutcome:
-    """Evaluate ``triggers`` (queue rows) with the stream's query and write the results."""
+    """Evaluate ``triggers`` (queue rows) with the stream's query and write the results
+    (unless the stream only notifies: no query, or CALC_NOTIFY_ONLY)."""
     query = stream.stmt.query
-    assert query is not None
-    computable = [t for t in triggers if t["event"] in (WINDOW_CLOSE, WINDOW_OPEN, RECALC, MAX_DELAY, ON_TIME)]
+    if query is None:  # a notify-only stream: the events are all there is
+        return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
+    # an open the query does not run on (EVENT_TYPE) fired only to be notified
+    events = {WINDOW_CLOSE, RECALC, MAX_DELAY, ON_TIME} | ({WINDOW_OPEN} & set(computed_events(stream.stmt)))
+    computable = [t for t in triggers if t["event"] in events]
     views = SparkViews(spark, warehouse, stream.db)
     try:
         triggers_view = views.register(_triggers_frame(spark, stream, computable, clock), "triggers")
@@ -114,8 +120,10 @@ def compute_triggers(
     finally:
         views.close()
     groups = {int(t["id"]): group_of(t) for t in computable}
-    if stream.output is None:
-        raise QueryError(f"stream {stream.key} has no output table (notifications are not built yet)")
+    results = _results_by_trigger(stream, translated.columns, result) if computable else {}
+    if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:
+        # results go to the receivers only: no table is written (or created)
+        return RunOutcome(len(triggers), len(computable), 0, None, _offsets(triggers), (), results)
     # windows recalculation showed gone: their output rows are retracted in the same commit
     retract = [(group_of(t), int(t["wstart"])) for t in triggers if t["event"] == WINDOW_INVALIDATION]
     if not computable and replace_range is None and not retract:
@@ -133,7 +141,21 @@ def compute_triggers(
         replace_range=replace_range,
         retract=retract,
     )
-    return RunOutcome(len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables)
+    return RunOutcome(
+        len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables, results
+    )
+
+
+def _results_by_trigger(
+    stream: StreamDefinition, columns: Sequence[Any], result: pa.Table
+) -> dict[int, list[dict[str, Any]]]:
+    """The result rows of each trigger, named as the output table names its columns."""
+    names = list(stream.stmt.columns) if stream.stmt.columns else [c.name for c in columns]
+    values = [result.column(i).to_pylist() for i in range(len(names))]
+    rows: dict[int, list[dict[str, Any]]] = {}
+    for index, tid in enumerate(result.column("__tid").to_pylist()):
+        rows.setdefault(int(tid), []).append({name: values[i][index] for i, name in enumerate(names)})
+    return rows
 
 
 def _period_rows(

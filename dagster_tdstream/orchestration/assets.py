@@ -27,9 +27,11 @@ from dagster import (
 
 from ..compute.bulk import derive_windows
 from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
+from ..notify.events import notification_events
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
+from .notifications import build_notify_hook
 from .partitions import to_event_time
 from .resources import TDStreamSpark, TDStreamWarehouse
 
@@ -50,6 +52,8 @@ def build_stream_asset(
         partitions_def=partitions,
         backfill_policy=BackfillPolicy.single_run(),
         op_tags={STREAM_TAG: stream_key},
+        # delivers the notifications the run recorded, whatever launched it
+        hooks={build_notify_hook(stream_key)},
     )
     def stream_asset(
         context: AssetExecutionContext, tdstream_spark: TDStreamSpark, tdstream_warehouse: TDStreamWarehouse
@@ -96,8 +100,10 @@ def _compute(
         ids = (int(first), int(last)) if first and last else None
         pending = warehouse.catalog.pending_triggers(stream.key, ids=ids)
         outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
-        warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id)
-        metadata = {"tdstream/mode": "triggers"}
+        # the outbox rows go in with the triggers' completion: both or neither
+        events = notification_events(stream, pending, outcome.results, history=False, source="q")
+        warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
+        metadata = {"tdstream/mode": "triggers", "tdstream/notifications": len(events)}
     elif context.run.tags.get(MODE_TAG) == HISTORY_MODE:
         # FILL_HISTORY: every window of the data up to the offset, derived in bulk; the
         # checkpoint is written after the output commit, so a failed run is simply redone
@@ -106,6 +112,9 @@ def _compute(
         derived = derive_windows(spark, warehouse, stream, version=history)
         derived_at = time.perf_counter()
         outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone)
+        # keyed by the history offset: a retried history run records nothing twice
+        events = notification_events(stream, derived.triggers, outcome.results, history=True, source=f"h{history}")
+        warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
         metadata = {"tdstream/mode": "history", "tdstream/history_offset": history}
         metadata["tdstream/groups"] = len(derived.states)
@@ -116,5 +125,7 @@ def _compute(
         start, end = to_event_time(window.start, stream.precision), to_event_time(window.end, stream.precision)
         triggers = triggers_for_range(spark, warehouse, stream, start, end)
         outcome = compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end))
+        events = notification_events(stream, triggers, outcome.results, history=True, source=context.run.run_id)
+        warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         metadata = {"tdstream/mode": "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
     return outcome, metadata

@@ -45,6 +45,8 @@ def build_lag_check(stream_key: str, asset_key: AssetKey, max_lag_seconds: float
                 "tdstream/pending_triggers": status.pending,
                 "tdstream/recalculations": status.recalculations,
                 "tdstream/last_error": MetadataValue.text(status.last_error or ""),
+                "tdstream/notify_pending": status.notify_pending,
+                "tdstream/notify_dropped": status.notify_dropped,
             },
         )
 

@@ -25,6 +25,7 @@ from ..triggers.plan import period_crons
 from .assets import build_stream_asset
 from .checks import build_lag_check
 from .control import DagsterLink
+from .notifications import TDStreamNotifier, build_notification_sensor
 from .partitions import partitions_for
 from .resources import TDStreamSpark, TDStreamWarehouse
 from .schedules import build_period_schedule
@@ -46,6 +47,7 @@ class TDStreamProject:
     timezone: str | None = None
     partition_grain: str | None = None  # hourly | daily; default chosen from each window
     max_lag_seconds: float = DEFAULT_MAX_LAG_SECONDS  # the lag check's bound (event time)
+    notifier: TDStreamNotifier = field(default_factory=TDStreamNotifier)  # NOTIFY delivery settings
 
     def open_warehouse(self) -> Warehouse:
         return Warehouse(self.warehouse, metadata_url=self.metadata_url)
@@ -119,12 +121,13 @@ def build_definitions(
     return Definitions(
         assets=[job.asset for job in jobs],
         asset_checks=[job.lag_check for job in jobs],
-        sensors=[job.sensor for job in jobs if job.sensor is not None],
+        sensors=[*(job.sensor for job in jobs if job.sensor is not None), build_notification_sensor()],
         schedules=[job.schedule for job in jobs if job.schedule is not None],
         resources={
             "tdstream_warehouse": TDStreamWarehouse(
                 uri=warehouse.uri, metadata_url=project.metadata_url, timezone=project.timezone
             ),
             "tdstream_spark": TDStreamSpark(master=project.spark_master, spark_config=dict(project.spark_config)),
+            "tdstream_notifier": project.notifier,
         },
     )

@@ -174,6 +174,8 @@ def pending_runs(
     pending = warehouse.catalog.pending_triggers(stream.key)
     if not pending:
         return SkipReason("no pending triggers")
+    if stream.info.paused:  # ON_FAILURE_PAUSE: nothing runs until the receivers take the backlog
+        return SkipReason(f"stream {stream.key} is paused ({stream.info.paused}); {len(pending)} trigger(s) wait")
     active = _active_runs(instance, stream.key)
     low_latency = stream.stmt.option("LOW_LATENCY_CALC") is not None
     if active and not low_latency:

@@ -108,6 +108,9 @@ streams_table = Table(
     # START STREAM … IGNORE UNTREATED: the first WAL offset to read after the restart (the
     # offsets written while the stream was stopped are skipped)
     Column("resume_from", Integer),
+    # NOTIFY … ON_FAILURE_PAUSE: why the stream is paused (its notifications cannot be
+    # delivered); no run starts until delivery succeeds again
+    Column("paused", Text),
 )
 
 checkpoints_table = Table(
@@ -151,6 +154,26 @@ triggers_table = Table(
     Column("status", String(8), nullable=False),  # pending | done
     Column("run_id", String(64)),
     UniqueConstraint("stream", "trigger_id", "event", "offset", name="tds_triggers_once"),
+)
+
+notifications_table = Table(
+    "tds_notifications",
+    _meta,
+    # the outbox: notification events a run recorded in the transaction that finished its
+    # triggers, delivered afterwards (op hook, then the notification sensor) in id order
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stream", String(400), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("source", String(64), nullable=False),  # queue row id (or run-local key) + event
+    Column("trigger_id", String(200), nullable=False),
+    Column("event", Text, nullable=False),  # the event object's JSON, as sent
+    Column("status", String(8), nullable=False),  # pending | sent | dropped
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt", BigInteger, nullable=False, default=0),  # epoch ms
+    Column("last_error", Text),
+    Column("created_at", BigInteger, nullable=False),
+    Column("sent_at", BigInteger),
+    UniqueConstraint("stream", "url", "source", name="tds_notifications_once"),
 )
 
 settings_table = Table(
@@ -204,10 +227,25 @@ class StreamInfo:
     timezone: str | None = None
     last_error: str | None = None
     resume_from: int | None = None
+    paused: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.db}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One event for one URL in the outbox (``event`` is its JSON text)."""
+
+    stream: str
+    url: str
+    source: str  # unique per stream and URL: what recorded it (a rerun records nothing twice)
+    trigger_id: str
+    event: str
+    id: int | None = None
+    attempts: int = 0
+    due: bool = True
 
 
 def _stream_info(row: Any) -> StreamInfo:
@@ -221,6 +259,7 @@ def _stream_info(row: Any) -> StreamInfo:
         row.timezone,
         row.last_error,
         row.resume_from,
+        row.paused,
     )
 
 
@@ -478,6 +517,7 @@ class Catalog:
         conn.execute(delete(checkpoints_table).where(checkpoints_table.c.stream == key))
         conn.execute(delete(triggers_table).where(triggers_table.c.stream == key))
         conn.execute(delete(recalculations_table).where(recalculations_table.c.stream == key))
+        conn.execute(delete(notifications_table).where(notifications_table.c.stream == key))
 
     def request_recalculation(self, stream: str, start: int, end: int) -> None:
         with self.transaction() as conn:
@@ -623,12 +663,91 @@ class Catalog:
             where = and_(triggers_table.c.stream == stream, triggers_table.c.event == event)
             return int(c.execute(query.where(where)).scalar_one())
 
-    def finish_triggers(self, ids: list[int], run_id: str | None) -> None:
+    def finish_triggers(self, ids: list[int], run_id: str | None, notifications: Iterable[Notification] = ()) -> None:
+        """Mark triggers done and record the notifications their run produced, in one
+        transaction: a run that dies before it leaves both to its retry, never one of them."""
+        with self.transaction() as conn:
+            if ids:
+                conn.execute(
+                    update(triggers_table).where(triggers_table.c.id.in_(ids)).values(status="done", run_id=run_id)
+                )
+            self._record_notifications(conn, notifications)
+
+    def record_notifications(self, notifications: Iterable[Notification]) -> None:
+        with self.transaction() as conn:
+            self._record_notifications(conn, notifications)
+
+    def _record_notifications(self, conn: Connection, notifications: Iterable[Notification]) -> None:
+        now = _now_ms()
+        for n in notifications:
+            exists = conn.execute(
+                select(notifications_table.c.id).where(
+                    and_(
+                        notifications_table.c.stream == n.stream,
+                        notifications_table.c.url == n.url,
+                        notifications_table.c.source == n.source,
+                    )
+                )
+            ).first()
+            if exists is None:  # a rerun of the same triggers records nothing twice
+                conn.execute(
+                    insert(notifications_table).values(
+                        stream=n.stream, url=n.url, source=n.source, trigger_id=n.trigger_id, event=n.event,
+                        status="pending", attempts=0, next_attempt=0, created_at=now,
+                    )
+                )  # fmt: skip
+
+    def due_notifications(self, now_ms: int, streams: Iterable[str] | None = None) -> list[Notification]:
+        """Pending notifications in the order they were recorded; ``due`` says whether the
+        back-off after a failed attempt has passed."""
+        query = select(notifications_table).where(notifications_table.c.status == "pending")
+        if streams is not None:
+            query = query.where(notifications_table.c.stream.in_(list(streams)))
+        with self._conn(None) as c:
+            rows = c.execute(query.order_by(notifications_table.c.id)).all()
+        return [
+            Notification(r.stream, r.url, r.source, r.trigger_id, r.event, r.id, r.attempts, r.next_attempt <= now_ms)
+            for r in rows
+        ]
+
+    def mark_notifications(
+        self, ids: list[int], status: str, *, error: str | None = None, retry_at: int | None = None
+    ) -> None:
+        """``sent`` or ``dropped``; or, with ``retry_at``, a failed attempt to try again then."""
         if not ids:
             return
+        values: dict[str, Any] = {"last_error": error}
+        if retry_at is not None:
+            values.update(attempts=notifications_table.c.attempts + 1, next_attempt=retry_at)
+        else:
+            values.update(status=status, sent_at=_now_ms() if status == "sent" else None)
+            if status == "dropped":
+                values["attempts"] = notifications_table.c.attempts + 1
+        with self.transaction() as conn:
+            conn.execute(update(notifications_table).where(notifications_table.c.id.in_(ids)).values(values))
+
+    def count_notifications(self, stream: str, status: str) -> int:
+        from sqlalchemy import func
+
+        with self._conn(None) as c:
+            query = select(func.count()).select_from(notifications_table)
+            where = and_(notifications_table.c.stream == stream, notifications_table.c.status == status)
+            return int(c.execute(query.where(where)).scalar_one())
+
+    def set_stream_paused(self, key: str, reason: str | None) -> None:
+        """ON_FAILURE_PAUSE: pause the stream with the reason, or (None) resume it."""
+        db, _, name = key.partition(".")
         with self.transaction() as conn:
             conn.execute(
-                update(triggers_table).where(triggers_table.c.id.in_(ids)).values(status="done", run_id=run_id)
+                update(streams_table)
+                .where(
+                    and_(
+                        streams_table.c.db == db,
+                        streams_table.c.name == name,
+                        streams_table.c.paused.is_distinct_from(reason),
+                    )
+                )
+                .values(paused=reason)
             )
 
     def set_stream_status(self, db: str, name: str, status: str, resume_from: int | None = None) -> None:

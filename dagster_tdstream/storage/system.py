@@ -48,7 +48,8 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
         ColumnDef("sql", _name(65535)), ColumnDef("status", _name(20)), ColumnDef("trigger_table", _name(386)),
         ColumnDef("output_table", _name(386)), ColumnDef("progress", TS), ColumnDef("lag_ms", BIGINT),
         ColumnDef("pending_triggers", BIGINT), ColumnDef("recalculations", BIGINT),
-        ColumnDef("last_error", _name(4096)),
+        ColumnDef("last_error", _name(4096)), ColumnDef("notify_pending", BIGINT),
+        ColumnDef("notify_dropped", BIGINT),
     ),
     # TDengine's stream tasks as they run here: the Reader is the trigger table's Delta log
     # (its versions are the WAL), the Trigger the stream's Dagster sensor or schedule, the
@@ -130,7 +131,9 @@ class StreamStatus:
     lag_ms: int | None  # the trigger table's newest timestamp minus the progress
     pending: int
     recalculations: int
-    last_error: str | None
+    last_error: str | None  # or, while paused, why
+    notify_pending: int  # notifications in the outbox not delivered yet
+    notify_dropped: int  # given up after the default policy's attempts
 
 
 def stream_status(warehouse: Warehouse, info: StreamInfo) -> StreamStatus:
@@ -151,7 +154,9 @@ def stream_status(warehouse: Warehouse, info: StreamInfo) -> StreamStatus:
         lag,
         warehouse.catalog.count_pending(info.key),
         warehouse.catalog.count_events(info.key, "RECALC"),
-        info.last_error,
+        info.paused if _status(info) == "Paused" else info.last_error,
+        warehouse.catalog.count_notifications(info.key, "pending"),
+        warehouse.catalog.count_notifications(info.key, "dropped"),
     )
 
 
@@ -246,8 +251,13 @@ def stream_progress(warehouse: Warehouse, stream: StreamDefinition) -> int | Non
 
 
 def _status(stream: StreamInfo) -> str:
-    """Failed while its last tick or run failed; otherwise what START/STOP set."""
-    return "Failed" if stream.last_error and stream.status == "Running" else stream.status
+    """Paused while ON_FAILURE_PAUSE holds it, Failed while its last tick or run failed;
+    otherwise what START/STOP set."""
+    if stream.status != "Running":
+        return stream.status
+    if stream.paused:
+        return "Paused"
+    return "Failed" if stream.last_error else stream.status
 
 
 _ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {

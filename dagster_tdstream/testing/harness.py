@@ -37,6 +37,7 @@ from dagster._core.utils import make_new_backfill_id
 from dagster._utils.schedules import schedule_execution_time_iterator
 
 from ..orchestration.definitions import StreamJob, stream_definitions
+from ..orchestration.notifications import NOTIFICATION_SENSOR, TDStreamNotifier, build_notification_sensor
 from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
 from ..orchestration.translator import DagsterTDStreamTranslator
 from ..storage.registry import load_streams
@@ -50,6 +51,7 @@ class HarnessReport:
     skipped: dict[str, str] = field(default_factory=dict)  # sensor → last skip reason
     failures: list[str] = field(default_factory=list)
     backfills: list[tuple[str, str, str]] = field(default_factory=list)  # (asset, first, last partition)
+    notifications: str = ""  # what the last delivery round said
 
 
 class StreamHarness:
@@ -63,6 +65,7 @@ class StreamHarness:
         clock: Callable[[], int] = time.time_ns,
         translator: DagsterTDStreamTranslator | None = None,
         log_level: str = "WARNING",
+        notifier: TDStreamNotifier | None = None,
     ) -> None:
         self.log_level = log_level
         self.warehouse = warehouse
@@ -80,8 +83,10 @@ class StreamHarness:
                 uri=warehouse.uri, metadata_url=warehouse.catalog.url, timezone=timezone
             ),
             "tdstream_spark": TDStreamSpark(master=spark_master),
+            "tdstream_notifier": notifier or TDStreamNotifier(),
         }
         self.cursors: dict[str, str | None] = {}
+        self._notification_sensor = build_notification_sensor()
         self.schedule_marks: dict[str, float] = {}  # schedule → processing time (s) last looked at
 
     def clock(self) -> int:
@@ -110,6 +115,12 @@ class StreamHarness:
             schedules=[job.schedule for job in jobs if job.schedule is not None],
             resources=self.resources,
         )
+        # the outbox first, as the daemon's notification sensor would (a paused stream resumes
+        # once its backlog is through)
+        delivered = self._notification_sensor.evaluate_tick(
+            build_sensor_context(instance=self.instance, sensor_name=NOTIFICATION_SENSOR, resources=self.resources)
+        )
+        report.notifications = delivered.skip_message or ""
         for job in jobs:
             if job.sensor is not None:
                 data = job.sensor.evaluate_tick(

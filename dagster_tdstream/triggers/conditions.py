@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..sql import ast
+from ..sql.text import expr_text, name_key
 
 
 class ConditionError(ValueError):
@@ -23,7 +24,17 @@ def holds(expr: ast.Expr, row: Mapping[str, Any]) -> bool:
     return _eval(expr, row) is True
 
 
+class ResultRow(dict[str, Any]):
+    """A query result row for NOTIFY WHERE, keyed by ``name_key`` of each result column's
+    name: a sub-expression whose text names a result column (``avg(cint)``, ``avg_v``)
+    evaluates to that column's value."""
+
+
 def _eval(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
+    if isinstance(row, ResultRow):
+        key = name_key(expr_text(expr))
+        if key in row:
+            return row[key]
     if isinstance(expr, ast.Literal):
         return expr.value
     if isinstance(expr, ast.Column):

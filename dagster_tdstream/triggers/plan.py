@@ -19,9 +19,6 @@ from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, 
 from .sliding import PointSpec, SlidingPointTrigger
 from .windows import IntervalSpec
 
-# options the trigger engine does not evaluate yet; a stream using one is not run
-_NOT_BUILT_OPTIONS = {"CALC_NOTIFY_ONLY": "CALC_NOTIFY_ONLY"}
-
 Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger | PeriodTrigger
 
 
@@ -31,14 +28,13 @@ def not_built(stmt: ast.CreateStream) -> list[str]:
     trigger = stmt.trigger
     if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
         missing.append("calendar INTERVAL units (n, y) in triggers")
-    for opt in stmt.options:
-        if opt.name in _NOT_BUILT_OPTIONS:
-            missing.append(_NOT_BUILT_OPTIONS[opt.name])
-    if stmt.notification is not None:
-        missing.append("NOTIFY (notifications)")
-    if stmt.query is None:
-        missing.append("notify-only streams")
     return missing
+
+
+def computed_events(stmt: ast.CreateStream) -> tuple[str, ...]:
+    """The window events the stream's query runs on: EVENT_TYPE, WINDOW_CLOSE by default."""
+    event_type = stmt.option("EVENT_TYPE")
+    return event_type.event_types if event_type else (WINDOW_CLOSE,)
 
 
 def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = None) -> Trigger:
@@ -46,8 +42,10 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
     if missing:
         raise TriggerNotBuiltError("not built yet: " + ", ".join(missing))
     trigger = stmt.trigger
-    event_type = stmt.option("EVENT_TYPE")
-    events = event_type.event_types if event_type else (WINDOW_CLOSE,)
+    # the trigger fires what the query runs on and what NOTIFY … ON sends (an open only
+    # notified is not computed: see compute/run.py)
+    notified = stmt.notification.on if stmt.notification is not None else ()
+    events = tuple(dict.fromkeys((*computed_events(stmt), *(e for e in notified if e != "ON_TIME"))))
     ignore_disorder = stmt.option("IGNORE_DISORDER") is not None
     delete_recalc = stmt.option("DELETE_RECALC") is not None
     max_delay_option = stmt.option("MAX_DELAY")
