@@ -42,7 +42,7 @@ def test_scaffold_writes_defs_yaml_and_an_example_that_loads(tmp_path: Path) -> 
             asset = defs.resolve_asset_graph().get(key)
             assert asset.partitions_def is not None and asset.group_name == "power"
             assert [s.name for s in defs.sensors or []] == ["power__device_current_1m__trigger"]
-            assert set(defs.resources or {}) == {"tdstream_warehouse", "tdstream_spark"}
+            assert set(defs.resources or {}) == {"tdstream_warehouse", "tdstream_spark", "tdstream_notifier"}
             # the relative warehouse is at the project's root, not in the source tree
             warehouse = Warehouse(str(sandbox.project_root / ".tdstream"))
             assert [s.key for s in warehouse.catalog.list_streams()] == ["power.device_current_1m"]
@@ -138,5 +138,9 @@ def test_dg_scaffolds_and_lists_the_component(tmp_path: Path) -> None:
     listed = json.loads(dg("list", "defs", "--json"))
     assert [s["name"] for s in listed["sensors"]] == ["power__device_current_1m__trigger"]
     assert [c["key"] for c in listed["asset_checks"]] == ["tdstream/power/device_current_1m:stream_lag"]
-    assert sorted(r["name"] for r in listed["resources"]) == ["tdstream_spark", "tdstream_warehouse"]
+    assert sorted(r["name"] for r in listed["resources"]) == [
+        "tdstream_notifier",
+        "tdstream_spark",
+        "tdstream_warehouse",
+    ]
     assert (project / ".tdstream" / "catalog.sqlite").exists()

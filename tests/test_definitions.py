@@ -54,7 +54,7 @@ def test_every_stream_becomes_a_partitioned_asset_and_a_sensor(tmp_path: Path) -
     assert "create stream fast" in fast.metadata["tdstream/sql"].value
     assert fast.group_name == "d" and fast.kinds == {"spark", "delta"}
     assert sorted(s.name for s in defs.sensors) == ["d__fast__trigger", "d__slow__trigger"]
-    assert set(defs.resources) == {"tdstream_warehouse", "tdstream_spark"}
+    assert set(defs.resources) == {"tdstream_warehouse", "tdstream_spark", "tdstream_notifier"}
 
 
 def test_loading_twice_is_idempotent_and_code_versions_follow_the_sql(tmp_path: Path) -> None:
@@ -100,6 +100,15 @@ def test_the_code_location_loads_the_demo_stream_and_the_feeder_writes(
     defs: Definitions = runpy.run_path(str(ROOT / "definitions.py"))["defs"]
     Definitions.validate_loadable(defs)
     assert defs.resolve_asset_graph().get(AssetKey(["tdstream", "power", "device_current_1m"])) is not None
+    # the notifying demo stream: its asset delivers through a hook, the retry sensor is there
+    high = next(a for a in defs.assets or [] if AssetKey(["tdstream", "power", "high_current"]) in a.keys)
+    assert [h.name for h in high.hook_defs] == ["power__high_current__notify"]
+    assert {s.name for s in defs.sensors or []} == {
+        "power__device_current_1m__trigger",
+        "power__high_current__trigger",
+        "tdstream_notifications",
+        "demo_meter_feeder",
+    }
     feeder = defs.get_sensor_def("demo_meter_feeder")
     warehouse = TDStreamWarehouse(uri=str(tmp_path / "wh"))
     result = feeder.evaluate_tick(build_sensor_context(resources={"tdstream_warehouse": warehouse}))

@@ -44,7 +44,12 @@ HISTORY_TAG = "tdstream/history_offset"
 
 
 def build_stream_asset(
-    stream_key: str, spec: AssetSpec, partitions: TimeWindowPartitionsDefinition, op_name: str
+    stream_key: str,
+    spec: AssetSpec,
+    partitions: TimeWindowPartitionsDefinition,
+    op_name: str,
+    *,
+    notifies: bool = False,
 ) -> AssetsDefinition:
     @multi_asset(
         name=op_name,
@@ -53,7 +58,7 @@ def build_stream_asset(
         backfill_policy=BackfillPolicy.single_run(),
         op_tags={STREAM_TAG: stream_key},
         # delivers the notifications the run recorded, whatever launched it
-        hooks={build_notify_hook(stream_key)},
+        hooks={build_notify_hook(stream_key)} if notifies else None,
     )
     def stream_asset(
         context: AssetExecutionContext, tdstream_spark: TDStreamSpark, tdstream_warehouse: TDStreamWarehouse

@@ -66,6 +66,7 @@ class StreamJob:
     stream_key: str
     asset: AssetsDefinition
     lag_check: AssetChecksDefinition
+    notifies: bool
     sensor: SensorDefinition | None = None
     schedule: ScheduleDefinition | None = None
 
@@ -82,7 +83,8 @@ def stream_definitions(
     for stream in streams:
         spec = translator.get_asset_spec(stream)
         partitions = partitions_for(warehouse, stream, partition_grain)
-        asset = build_stream_asset(stream.key, spec, partitions, definition_name(stream.key))
+        notifies = stream.stmt.notification is not None
+        asset = build_stream_asset(stream.key, spec, partitions, definition_name(stream.key), notifies=notifies)
         running = stream.info.status != "Stopped"
         lag_check = build_lag_check(stream.key, spec.key, max_lag_seconds)
         crons = period_crons(stream)
@@ -91,12 +93,12 @@ def stream_definitions(
             schedule = build_period_schedule(
                 stream.key, asset, partitions, schedule_name(stream.key), crons, zone, running=running
             )
-            jobs.append(StreamJob(stream.key, asset, lag_check, schedule=schedule))
+            jobs.append(StreamJob(stream.key, asset, lag_check, notifies, schedule=schedule))
             continue
         sensor = build_trigger_sensor(
             stream.key, asset, partitions, sensor_name(stream.key), running=running, clock=clock
         )
-        jobs.append(StreamJob(stream.key, asset, lag_check, sensor=sensor))
+        jobs.append(StreamJob(stream.key, asset, lag_check, notifies, sensor=sensor))
     return jobs
 
 
@@ -121,7 +123,11 @@ def build_definitions(
     return Definitions(
         assets=[job.asset for job in jobs],
         asset_checks=[job.lag_check for job in jobs],
-        sensors=[*(job.sensor for job in jobs if job.sensor is not None), build_notification_sensor()],
+        sensors=[
+            *(job.sensor for job in jobs if job.sensor is not None),
+            # the outbox's retries, where some stream notifies
+            *([build_notification_sensor()] if any(job.notifies for job in jobs) else []),
+        ],
         schedules=[job.schedule for job in jobs if job.schedule is not None],
         resources={
             "tdstream_warehouse": TDStreamWarehouse(
