@@ -526,3 +526,33 @@ def test_tdstream_listen_prints_what_arrives() -> None:
         listener.kill()
     assert out.strip() == '{"messageId":"m1","timestamp":1,"streams":[]}'
     assert "1 message(s) received" in err
+
+
+def test_a_notification_is_claimed_by_one_deliverer_at_a_time(tmp_path: Path) -> None:
+    from dagster_tdstream.storage.catalog import Notification
+
+    catalog = Warehouse(str(tmp_path / "wh")).catalog
+    catalog.record_notifications([Notification("d.s", "ws://127.0.0.1:1/n", f"k{i}", f"1:{i}", "{}") for i in range(3)])
+    ids = [n.id for n in catalog.due_notifications(1000)]
+    assert catalog.claim_notifications(ids[:2], now_ms=1000, until_ms=5000) == ids[:2]
+    # the hook and the sensor at once: the second finds the first two held and stops there
+    assert catalog.claim_notifications(ids, now_ms=1000, until_ms=5000) == []
+    assert [n.due for n in catalog.due_notifications(2000)] == [False, False, True]
+    assert catalog.claim_notifications(ids, now_ms=6000, until_ms=9000) == ids  # a lapsed lease frees them
+
+
+def test_float_values_read_as_tdengine_prints_them(
+    session: Session, harness: StreamHarness, receiver: Receiver
+) -> None:
+    session.execute(
+        "create database d; use d; create table m (ts timestamp, current float);"
+        f"create stream hi event_window(start with current > 11.5 end with current <= 11.5) from m "
+        f"notify('{receiver.url}') on (window_open|window_close) into hi_out as select _twstart, max(current) peak "
+        "from %%trows;"
+        f"insert into m values ({T}, 11.946) ({T + 1000}, 12.3) ({T + 2000}, 10.1)"
+    )
+    assert harness.run_until_idle().failures == []
+    opened, closed = receiver.events()
+    assert opened["triggerCondition"] == {"conditionIndex": 0, "fieldValue": {"current": 11.946}}
+    assert closed["triggerCondition"] == {"conditionIndex": 0, "fieldValue": {"current": 10.1}}
+    assert closed["result"] == {"_twstart": T, "peak": 12.3}

@@ -25,7 +25,7 @@ from ..sql.translate import SourceTable, StreamScope, TranslationContext, transl
 from ..sql.walk import all_expressions
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
-from ..storage.types import arrow_type
+from ..storage.types import arrow_type, float32_value
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import (
     MAX_DELAY,
@@ -151,7 +151,12 @@ def _results_by_trigger(
 ) -> dict[int, list[dict[str, Any]]]:
     """The result rows of each trigger, named as the output table names its columns."""
     names = list(stream.stmt.columns) if stream.stmt.columns else [c.name for c in columns]
-    values = [result.column(i).to_pylist() for i in range(len(names))]
+    values = [
+        [float32_value(v) for v in result.column(i).to_pylist()]
+        if pa.types.is_float32(result.column(i).type)
+        else result.column(i).to_pylist()
+        for i in range(len(names))
+    ]
     rows: dict[int, list[dict[str, Any]]] = {}
     for index, tid in enumerate(result.column("__tid").to_pylist()):
         rows.setdefault(int(tid), []).append({name: values[i][index] for i, name in enumerate(names)})

@@ -96,6 +96,10 @@ def deliver(
             if not n.due:
                 break  # its back-off holds back everything behind it: order is kept
             batch.append(n)
+        now = now_ms()
+        lease_end = now + int(settings.timeout_seconds * 1000) * (2 + len(batch)) + 60_000
+        held = warehouse.catalog.claim_notifications([n.id for n in batch if n.id is not None], now, lease_end)
+        batch = batch[: len(held)]
         if not batch:
             continue
         names = {n.stream: _stream(warehouse, definitions, n.stream) for n in batch}

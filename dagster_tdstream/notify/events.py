@@ -23,6 +23,7 @@ from ..sql.text import name_key
 from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import Notification
 from ..storage.registry import StreamDefinition
+from ..storage.types import float32_value
 from ..triggers.conditions import ConditionError, ResultRow, holds
 from ..triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, WINDOW_OPEN
 from ..triggers.sliding import ON_TIME
@@ -167,7 +168,12 @@ def _event(
         event["curState"] = json_value(detail.get("curState"))
         event["nextState"] = json_value(detail.get("nextState"))
     elif kind == "EVENT_WINDOW" and event_type in (WINDOW_OPEN, WINDOW_CLOSE) and "conditionIndex" in detail:
-        fields = {name: json_value(value) for name, value in (detail.get("fieldValue") or {}).items()}
+        columns = stream.trigger_table.columns if stream.trigger_table is not None else ()
+        floats = {c.name for c in columns if c.type.name == "FLOAT"}
+        fields = {
+            name: json_value(float32_value(value) if name in floats else value)
+            for name, value in (detail.get("fieldValue") or {}).items()
+        }
         event["triggerCondition"] = {"conditionIndex": detail["conditionIndex"], "fieldValue": fields}
     if row is not None:
         event["result"] = {name: json_value(value, stream.precision) for name, value in row.items()}

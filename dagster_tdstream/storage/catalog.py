@@ -710,6 +710,30 @@ class Catalog:
             for r in rows
         ]
 
+    def claim_notifications(self, ids: list[int], now_ms: int, until_ms: int) -> list[int]:
+        """Take due notifications for one delivery (the op hook and the sensor may both try):
+        each row is claimed only if still pending and due, by moving its next attempt to the
+        lease's end; returns the ids this caller holds, in order. A deliverer that dies leaves
+        them to be tried again when the lease ends."""
+        held = []
+        with self.transaction() as conn:
+            for nid in ids:
+                claimed = conn.execute(
+                    update(notifications_table)
+                    .where(
+                        and_(
+                            notifications_table.c.id == nid,
+                            notifications_table.c.status == "pending",
+                            notifications_table.c.next_attempt <= now_ms,
+                        )
+                    )
+                    .values(next_attempt=until_ms)
+                )
+                if claimed.rowcount != 1:
+                    break  # someone else holds it: the rows behind it wait, to keep the order
+                held.append(nid)
+        return held
+
     def mark_notifications(
         self, ids: list[int], status: str, *, error: str | None = None, retry_at: int | None = None
     ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..sql.ast import ColumnDef, DataType
@@ -176,3 +177,11 @@ def _plain(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def float32_value(value: float | None) -> float | None:
+    """A FLOAT (float32) value as TDengine prints it: the shortest decimal that is the same
+    float32 (11.946, not the double 11.946000099182129 it widens to)."""
+    if value is None or not math.isfinite(value):
+        return value
+    return float(str(np.float32(value)))
