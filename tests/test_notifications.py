@@ -556,3 +556,27 @@ def test_float_values_read_as_tdengine_prints_them(
     assert opened["triggerCondition"] == {"conditionIndex": 0, "fieldValue": {"current": 11.946}}
     assert closed["triggerCondition"] == {"conditionIndex": 0, "fieldValue": {"current": 10.1}}
     assert closed["result"] == {"_twstart": T, "peak": 12.3}
+
+
+def test_a_backfill_notifies_with_notify_history_only(
+    session: Session, harness: StreamHarness, receiver: Receiver
+) -> None:
+    note = f"notify('{receiver.url}') on (window_close)"
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        f"create stream loud interval(10s) sliding(10s) from a stream_options(ignore_disorder) {note} "
+        "notify_options(notify_history) into l_out as select _twstart, sum(v) s from %%trows;"
+        f"create stream quiet interval(10s) sliding(10s) from a stream_options(ignore_disorder) {note} "
+        "into q_out as select _twstart, sum(v) s from %%trows;"
+        f"insert into a values ({T}, 1, 0) ({T + 10000}, 2, 0)"
+    )
+    assert harness.run_until_idle().failures == []
+    session.execute(f"insert into a values ({T + 1000}, 40, 0)")  # ignored by both streams
+    session.execute(
+        f"recalculate stream loud from {T} to {T + 10000}; recalculate stream quiet from {T} to {T + 10000}"
+    )
+    report = harness.run_until_idle()
+    assert report.failures == [] and len(report.backfills) == 2
+    # the backfill run's hook sent the recalculated window of the NOTIFY_HISTORY stream only
+    assert [e["result"]["s"] for e in receiver.events("loud")] == [1, 41]
+    assert [e["result"]["s"] for e in receiver.events("quiet")] == [1]
