@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,3 +61,10 @@ def output(session: Session, sql: str) -> list[tuple[Any, ...]]:
 class _NoSpark:
     def __getattr__(self, name: str) -> object:
         raise AssertionError("this test must not start Spark")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

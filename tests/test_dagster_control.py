@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,16 +27,10 @@ from dagster_tdstream.cli.main import main
 from dagster_tdstream.orchestration.control import DagsterLink, DagsterStreamControl
 from dagster_tdstream.orchestration.sensors import runnable_stream
 
-from .conftest import output
+from .conftest import free_port, output
 
 T = 1700000000000
 LOCATION = "tdstream_under_test"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +54,7 @@ def dagster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     home = root / "home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DAGSTER_HOME": str(home), "TDSTREAM_DAGSTER_URL": url, "SPARK_LOCAL_IP": "127.0.0.1"}
     log = (root / "webserver.log").open("w")
@@ -236,7 +229,7 @@ def test_a_period_stream_switches_its_schedule(dagster: dict[str, Any], cli: Any
 
 def test_an_unreachable_dagster_is_reported_and_the_statement_still_counts(tmp_path: Path, spark: object) -> None:
     warehouse = Warehouse(str(tmp_path / "wh"))
-    closed = f"http://127.0.0.1:{_free_port()}"
+    closed = f"http://127.0.0.1:{free_port()}"
     control = DagsterStreamControl(DagsterLink(None, closed), timeout_seconds=5)
     session = Session(warehouse, timezone="UTC", control=control)
     session.execute("create database d; use d; create table t (ts timestamp, v int)")

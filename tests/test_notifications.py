@@ -27,16 +27,10 @@ from dagster_tdstream.notify.events import json_value
 from dagster_tdstream.notify.messages import pack
 from dagster_tdstream.orchestration.notifications import TDStreamNotifier
 
-from .conftest import output
+from .conftest import free_port, output
 
 T = 1700000000000
 SCHEMA = "create database d; use d; create stable st (ts timestamp, v int, w int) tags (g int);"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Receiver:
@@ -44,7 +38,7 @@ class Receiver:
     started again on the same port."""
 
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"ws://127.0.0.1:{self.port}/notify"
         self.messages: list[dict[str, Any]] = []
         self._server: Any = None
@@ -384,7 +378,7 @@ def test_on_failure_pause_holds_the_stream_and_loses_nothing(
 def test_default_policy_drops_after_bounded_attempts_and_the_stream_goes_on(
     session: Session, warehouse: Warehouse, spark: object
 ) -> None:
-    closed = f"ws://127.0.0.1:{_free_port()}/gone"
+    closed = f"ws://127.0.0.1:{free_port()}/gone"
     harness = StreamHarness(
         warehouse, timezone="UTC", notifier=TDStreamNotifier(backoff_seconds=0, max_attempts=2, timeout_seconds=5)
     )
@@ -409,7 +403,7 @@ def test_default_policy_drops_after_bounded_attempts_and_the_stream_goes_on(
 def test_a_receiver_that_drops_mid_batch_gets_the_batch_again(warehouse: Warehouse, spark: object) -> None:
     session = Session(warehouse, timezone="UTC")
     harness = StreamHarness(warehouse, timezone="UTC", notifier=TDStreamNotifier(backoff_seconds=0, message_bytes=300))
-    port = _free_port()
+    port = free_port()
     dropping = DroppingReceiver(port)
     session.execute(
         SCHEMA + "create table a using st tags (1);"
@@ -478,7 +472,7 @@ def test_wss_verifies_certificates(tmp_path: Path) -> None:
     def handle(connection: ServerConnection) -> None:
         got.extend(connection)
 
-    port = _free_port()
+    port = free_port()
     server = serve(handle, "127.0.0.1", port, ssl=context)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -502,7 +496,7 @@ def test_wss_verifies_certificates(tmp_path: Path) -> None:
 
 
 def test_tdstream_listen_prints_what_arrives() -> None:
-    port = _free_port()
+    port = free_port()
     listener = subprocess.Popen(
         [str(Path(sys.executable).parent / "tdstream"), "listen", "--port", str(port), "--count", "1", "--raw"],
         stdout=subprocess.PIPE,
@@ -580,3 +574,18 @@ def test_a_backfill_notifies_with_notify_history_only(
     # the backfill run's hook sent the recalculated window of the NOTIFY_HISTORY stream only
     assert [e["result"]["s"] for e in receiver.events("loud")] == [1, 41]
     assert [e["result"]["s"] for e in receiver.events("quiet")] == [1]
+
+
+def test_messages_larger_than_a_frame_arrive_whole(tmp_path: Path, receiver: Receiver) -> None:
+    from dagster_tdstream.storage.catalog import Notification
+
+    warehouse = Warehouse(str(tmp_path / "wh"))
+    Session(warehouse, timezone="UTC").execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        f"create stream s count_window(1) from t notify('{receiver.url}') on (window_close)"
+    )
+    big = json.dumps({"triggerId": "1:1", "text": "é" * 3000})  # multi-byte text split across frames
+    warehouse.catalog.record_notifications([Notification("d.s", receiver.url, "k", "1:1", big)])
+    report = deliver(warehouse, DeliverySettings(frame_bytes=100, timeout_seconds=5))
+    assert report.sent == 1
+    assert receiver.events() == [json.loads(big)]

@@ -31,6 +31,7 @@ from .messages import DEFAULT_MESSAGE_BYTES, pack
 log = logging.getLogger("dagster_tdstream.notify")
 
 DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_FRAME_BYTES = 256 * 1024
 MAX_BACKOFF_MS = 60_000
 
 
@@ -46,6 +47,7 @@ class DeliverySettings:
     ca_file: str | None = None  # wss:// trust store; the system's by default
     verify_tls: bool = True
     backoff_ms: int = 1000  # the first retry's delay; it doubles per attempt, up to a minute
+    frame_bytes: int = DEFAULT_FRAME_BYTES  # TDengine's streamNotifyFrameSize: larger messages are fragmented
 
 
 @dataclass
@@ -190,7 +192,7 @@ def send_messages(url: str, messages: list[str], settings: DeliverySettings) -> 
         for text in messages:
             if _closed_by_peer(connection):
                 raise DeliveryError(f"{url} closed the connection before every message was sent")
-            connection.send(text)
+            _send_framed(connection, text.encode(), settings.frame_bytes)
         connection.send_close(websocket.STATUS_NORMAL)
         opcode, data = connection.recv_data(control_frame=True)
         if opcode != websocket.ABNF.OPCODE_CLOSE:
@@ -202,6 +204,15 @@ def send_messages(url: str, messages: list[str], settings: DeliverySettings) -> 
         raise DeliveryError(f"sending to {url} failed: {_reason(exc)}") from None
     finally:
         connection.shutdown()
+
+
+def _send_framed(connection: websocket.WebSocket, payload: bytes, frame_bytes: int) -> None:
+    """One text message in frames of at most ``frame_bytes``: a text frame, then continuation
+    frames, the last one final (the receiver reassembles the message)."""
+    chunks = [payload[i : i + frame_bytes] for i in range(0, len(payload), frame_bytes)] or [b""]
+    for index, chunk in enumerate(chunks):
+        opcode = websocket.ABNF.OPCODE_TEXT if index == 0 else websocket.ABNF.OPCODE_CONT
+        connection.send_frame(websocket.ABNF.create_frame(chunk, opcode, fin=int(index == len(chunks) - 1)))
 
 
 def _closed_by_peer(connection: websocket.WebSocket) -> bool:

@@ -23,7 +23,7 @@ from dagster import (
 from dagster._core.definitions.hook_definition import HookDefinition
 
 from ..names import definition_name
-from ..notify.delivery import DEFAULT_MAX_ATTEMPTS, DeliveryReport, DeliverySettings, deliver
+from ..notify.delivery import DEFAULT_FRAME_BYTES, DEFAULT_MAX_ATTEMPTS, DeliveryReport, DeliverySettings, deliver
 from ..notify.messages import DEFAULT_MESSAGE_BYTES
 from ..storage.warehouse import Warehouse
 from .resources import TDStreamWarehouse
@@ -33,8 +33,9 @@ NOTIFICATION_SENSOR = "tdstream_notifications"
 
 class TDStreamNotifier(ConfigurableResource):
     """How notifications are delivered: TDengine's ``streamNotifyMessageSize`` (bytes per
-    message), the connection timeout, the attempts before the default policy drops, and the
-    trust store for ``wss://`` (the system's by default; certificates are always verified
+    message) and ``streamNotifyFrameSize`` (bytes per WebSocket frame), the connection
+    timeout, the attempts before the default policy drops, the first retry's back-off, and
+    the trust store for ``wss://`` (the system's by default; certificates are always verified
     unless ``verify_tls`` is turned off)."""
 
     message_bytes: int = DEFAULT_MESSAGE_BYTES
@@ -43,6 +44,7 @@ class TDStreamNotifier(ConfigurableResource):
     ca_file: str | None = None
     verify_tls: bool = True
     backoff_seconds: float = 1.0  # the first retry's delay; doubling per attempt, at most 60 s
+    frame_bytes: int = DEFAULT_FRAME_BYTES  # TDengine's streamNotifyFrameSize
 
     def settings(self) -> DeliverySettings:
         return DeliverySettings(
@@ -52,6 +54,7 @@ class TDStreamNotifier(ConfigurableResource):
             self.ca_file,
             self.verify_tls,
             int(self.backoff_seconds * 1000),
+            self.frame_bytes,
         )
 
     def deliver(self, warehouse: Warehouse, streams: list[str] | None = None) -> DeliveryReport:

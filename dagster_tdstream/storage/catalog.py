@@ -760,19 +760,7 @@ class Catalog:
 
     def set_stream_paused(self, key: str, reason: str | None) -> None:
         """ON_FAILURE_PAUSE: pause the stream with the reason, or (None) resume it."""
-        db, _, name = key.partition(".")
-        with self.transaction() as conn:
-            conn.execute(
-                update(streams_table)
-                .where(
-                    and_(
-                        streams_table.c.db == db,
-                        streams_table.c.name == name,
-                        streams_table.c.paused.is_distinct_from(reason),
-                    )
-                )
-                .values(paused=reason)
-            )
+        self._set_stream_text(key, streams_table.c.paused, reason)
 
     def set_stream_status(self, db: str, name: str, status: str, resume_from: int | None = None) -> None:
         """STOP/START; ``resume_from`` (START … IGNORE UNTREATED) skips the WAL before it."""
@@ -786,18 +774,17 @@ class Catalog:
 
     def set_stream_error(self, key: str, error: str | None) -> None:
         """Record why the stream's last tick or run failed; None clears it."""
+        self._set_stream_text(key, streams_table.c.last_error, error)
+
+    def _set_stream_text(self, key: str, column: Column[Any], value: str | None) -> None:
+        """Write a stream's note (error, pause reason) only when it changes: ticks call this
+        every few seconds and an unchanged write would still take the database's write lock."""
         db, _, name = key.partition(".")
         with self.transaction() as conn:
             conn.execute(
                 update(streams_table)
-                .where(
-                    and_(
-                        streams_table.c.db == db,
-                        streams_table.c.name == name,
-                        streams_table.c.last_error.is_distinct_from(error),
-                    )
-                )
-                .values(last_error=error)
+                .where(and_(streams_table.c.db == db, streams_table.c.name == name, column.is_distinct_from(value)))
+                .values({column.name: value})
             )
 
     def settings(self, prefix: str) -> dict[str, str]:
