@@ -158,7 +158,7 @@ def test_interval_open_and_close_events_as_documented(
     assert entry["streamName"] == "s"
     uid = session.warehouse.catalog.get_table("d", "a").uid
     child = session.query("select table_name from information_schema.ins_tables where stable_name = 'out'").rows[0][0]
-    opened, opened2, closed = entry["events"]
+    opened, closed, opened2 = entry["events"]  # the row at T+10s closes [T, T+10s), then opens the next
     assert opened == {
         "tableName": child, "eventType": "WINDOW_OPEN", "eventTime": opened["eventTime"],
         "triggerId": f"{uid}:{T}", "triggerType": "Interval", "groupId": str(uid), "windowStart": T,
@@ -367,10 +367,10 @@ def test_on_failure_pause_holds_the_stream_and_loses_nothing(
     assert output(session, "select * from out") == [(T, 1), (T + 10000, 2), (T + 20000, 3), (T + 30000, 4)]
     events = receiver.events()
     keys = [(e["eventType"], e["windowStart"]) for e in events]
-    assert keys == [  # in the order the rows fired them
-        ("WINDOW_OPEN", T), ("WINDOW_OPEN", T + 10000), ("WINDOW_CLOSE", T),
-        ("WINDOW_OPEN", T + 20000), ("WINDOW_CLOSE", T + 10000),
-        ("WINDOW_OPEN", T + 30000), ("WINDOW_CLOSE", T + 20000), ("WINDOW_OPEN", T + 40000), ("WINDOW_CLOSE", T + 30000),
+    assert keys == [  # in the order the rows fired them: each row closes the window before it, then opens its own
+        ("WINDOW_OPEN", T), ("WINDOW_CLOSE", T), ("WINDOW_OPEN", T + 10000),
+        ("WINDOW_CLOSE", T + 10000), ("WINDOW_OPEN", T + 20000),
+        ("WINDOW_CLOSE", T + 20000), ("WINDOW_OPEN", T + 30000), ("WINDOW_CLOSE", T + 30000), ("WINDOW_OPEN", T + 40000),
     ]  # fmt: skip
     assert len({(e["triggerId"], e["eventType"]) for e in events}) == len(events)  # each once
 

@@ -128,6 +128,13 @@ class WindowTrigger:
             ts = change.ts
             if state.next_close is None:
                 state.next_close = self.spec.first_start(ts)
+            if state.max_ts is None or ts > state.max_ts:
+                state.max_ts = ts
+                # windows the new progress passes close before the row opens its own (the row
+                # never falls in one of them: they end at or before ts - watermark), and a
+                # window can close only once the progress passes the first open window's end
+                if ts - self.watermark - self.spec.interval >= state.next_close:
+                    fired.extend(self._close(state))
             for start in self.spec.starts(ts):
                 if start < state.next_close:
                     if not self.ignore_disorder and start not in recalculated:
@@ -142,11 +149,6 @@ class WindowTrigger:
                     if count == 1 and WINDOW_OPEN in self.events and start not in state.opened:
                         state.opened.add(start)
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
-            if state.max_ts is None or ts > state.max_ts:
-                state.max_ts = ts
-                # a window can close only once the progress passes the first open window's end
-                if ts - self.watermark - self.spec.interval >= state.next_close:
-                    fired.extend(self._close(state))
         return fired
 
     def _deleted(self, state: GroupState, ts: int, recalculated: set[int]) -> list[Fired]:
