@@ -399,3 +399,24 @@ def test_recalculate_count_window_needs_both_ends_and_stays_within_progress(
         ("tdstream/d/out", "2023-11-14", "2023-11-14")
     ]  # daily for COUNT
     assert output(session, "select * from out") == [(T, 2, 21), (T + 2000, 2, 7)]
+
+
+def test_trows_reads_the_batch_span_while_tbname_and_named_tables_read_everything(
+    session: Session, harness: StreamHarness
+) -> None:
+    """A run narrows the trigger table to its windows' span for %%trows only: %%tbname and
+    the trigger table named in FROM still see rows outside it."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        f"insert into a values ({T - 50000}, 100) ({T - 40000}, 200);"  # history, before the stream
+        "create stream rows_only interval(10s) sliding(10s) from a into o1 as select _twstart, sum(v) from %%trows;"
+        "create stream whole interval(10s) sliding(10s) from st partition by tbname into o2 "
+        "as select _twstart, sum(v) from %%tbname;"
+        "create stream named interval(10s) sliding(10s) from a into o3 "
+        "as select _twstart, count(*) from d.a where ts < _twend;"
+        f"insert into a values ({T}, 1) ({T + 10000}, 2)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o1") == [(T, 1)]
+    assert output(session, "select _twstart, `sum(v)` from o2") == [(T, 303)]
+    assert output(session, "select * from o3") == [(T, 3)]

@@ -96,11 +96,16 @@ def compute_triggers(
             # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
             trigger_source = _period_rows(spark, views, warehouse, stream, computable)
         pre_filter = stream.stmt.option("PRE_FILTER")
+        trows_view = None
+        span = _window_span(computable) if not isinstance(trigger, PeriodTrigger | SlidingPointTrigger) else None
+        if trigger_source is not None and span is not None:
+            pk = f"`{stream.trigger_table.primary_key}`"  # type: ignore[union-attr]
+            narrowed = spark.table(trigger_source.view).where(f"{pk} >= {span[0]} AND {pk} <= {span[1]}")
+            trows_view = views.register(narrowed, "trows")
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
             # recalculated INTERVAL windows carry no row count: count them at computation time
-            triggers_view = views.register(
-                _with_row_counts(spark, triggers_view, trigger_source.view, stream, label), "triggers"
-            )
+            counted = trows_view or trigger_source.view
+            triggers_view = views.register(_with_row_counts(spark, triggers_view, counted, stream, label), "triggers")
         scope = StreamScope(
             triggers_view=triggers_view,
             trigger_table=trigger_source,
@@ -110,6 +115,7 @@ def compute_triggers(
             point_rows=isinstance(trigger, SlidingPointTrigger),
             rows_by_trigger=isinstance(trigger, PeriodTrigger),
             force_output=stream.stmt.option("FORCE_OUTPUT") is not None,
+            trows_view=trows_view,
         )
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
@@ -191,6 +197,14 @@ def _period_rows(
     )
     view = views.register(frame, "period_rows")
     return SourceTable(view, view, "super", table.columns, table.tags, stream.precision)
+
+
+def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+    """The event-time span the batch's windows cover, both ends included (an INTERVAL
+    window's end is exclusive, a row window's inclusive: the span holds both)."""
+    if not triggers or any(t["wstart"] is None or t["wend"] is None for t in triggers):
+        return None
+    return min(int(t["wstart"]) for t in triggers), max(int(t["wend"]) for t in triggers)
 
 
 def _offsets(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:

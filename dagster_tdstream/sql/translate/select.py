@@ -87,6 +87,9 @@ class StreamScope:
     # FORCE_OUTPUT: a trigger without result rows still writes one (constants and
     # placeholders filled, other columns NULL); otherwise such triggers write nothing
     force_output: bool = False
+    # the trigger table narrowed to the batch's time span, read by %%trows (a run scans the
+    # rows its windows cover, not the table's whole history); %%tbname reads the full table
+    trows_view: str | None = None
 
 
 @dataclass
@@ -211,6 +214,8 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
             scope.trigger_join.append("d.tbname = __trig.__tbname")
             return scope
         # %%trows: the trigger table's rows of this trigger's group and window
+        if stream.trows_view is not None:
+            scope.base = quote_ident(stream.trows_view)
         for i, name in enumerate(stream.group_columns, start=1):
             scope.trigger_join.append(f"{scope.columns[name][0]} <=> __trig.__g{i}")
         assert scope.pk is not None
