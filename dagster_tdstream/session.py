@@ -28,7 +28,7 @@ from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
 from .sql.walk import sources
-from .storage.catalog import TableInfo
+from .storage.catalog import StreamInfo, TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
 from .storage.system import SYSTEM_DB, stream_progress
@@ -490,9 +490,18 @@ class Session:
             raise StreamValidationError(f"stream {db}.{name} already exists")
         self._validate_stream(stmt)
         start_offset = self._stream_start_offset(stmt, db)
+        self._check_query_runs(stmt, db, name, start_offset)
         with self.warehouse.catalog.transaction() as conn:
             self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, self.timezone.key)
         return self._told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
+
+    def _check_query_runs(self, stmt: ast.CreateStream, db: str, name: str, start_offset: int) -> None:
+        """The stream's query translated as its runs will translate it: what this build cannot
+        compute is rejected now, with its position, instead of at the first trigger."""
+        from .compute.run import check_stream_query
+
+        info = StreamInfo(db, name, stmt.text, "Running", 0, start_offset, self.timezone.key)
+        check_stream_query(self.warehouse, resolve_stream(self.warehouse, info), self.timezone)
 
     def _stream_start_offset(self, stmt: ast.CreateStream, db: str) -> int:
         """Where in the trigger table's WAL the stream starts: at its beginning when the stream

@@ -25,6 +25,7 @@ from ..sql.translate import SourceTable, StreamScope, TranslationContext, transl
 from ..sql.walk import all_expressions
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
+from ..storage.system import SYSTEM_DB, system_schema
 from ..storage.types import arrow_type, float32_value
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import (
@@ -37,7 +38,7 @@ from ..triggers.engine import (
     WindowTrigger,
 )
 from ..triggers.period import PeriodTrigger
-from ..triggers.plan import computed_events, stream_trigger
+from ..triggers.plan import computed_events, not_built, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows
@@ -95,7 +96,6 @@ def compute_triggers(
         if isinstance(trigger, PeriodTrigger) and trigger_source is not None:
             # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
             trigger_source = _period_rows(spark, views, warehouse, stream, computable)
-        pre_filter = stream.stmt.option("PRE_FILTER")
         trows_view = None
         span = _window_span(computable) if not isinstance(trigger, PeriodTrigger | SlidingPointTrigger) else None
         if trigger_source is not None and span is not None:
@@ -106,17 +106,7 @@ def compute_triggers(
             # recalculated INTERVAL windows carry no row count: count them at computation time
             counted = trows_view or trigger_source.view
             triggers_view = views.register(_with_row_counts(spark, triggers_view, counted, stream, label), "triggers")
-        scope = StreamScope(
-            triggers_view=triggers_view,
-            trigger_table=trigger_source,
-            group_columns=stream.group_columns,
-            window_label=label,
-            trows_filter=pre_filter.expr if pre_filter is not None else None,
-            point_rows=isinstance(trigger, SlidingPointTrigger),
-            rows_by_trigger=isinstance(trigger, PeriodTrigger),
-            force_output=stream.stmt.option("FORCE_OUTPUT") is not None,
-            trows_view=trows_view,
-        )
+        scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
         from ..session import run_spark_sql
@@ -197,6 +187,49 @@ def _period_rows(
     )
     view = views.register(frame, "period_rows")
     return SourceTable(view, view, "super", table.columns, table.tags, stream.precision)
+
+
+def stream_scope(
+    stream: StreamDefinition, triggers_view: str, trigger_source: SourceTable | None, trows_view: str | None = None
+) -> StreamScope:
+    """What the stream's query sees of a batch of triggers (see ``StreamScope``)."""
+    trigger = stream_trigger(stream)
+    pre_filter = stream.stmt.option("PRE_FILTER")
+    return StreamScope(
+        triggers_view=triggers_view,
+        trigger_table=trigger_source,
+        group_columns=stream.group_columns,
+        window_label=trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None,
+        trows_filter=pre_filter.expr if pre_filter is not None else None,
+        point_rows=isinstance(trigger, SlidingPointTrigger),
+        rows_by_trigger=isinstance(trigger, PeriodTrigger),
+        force_output=stream.stmt.option("FORCE_OUTPUT") is not None,
+        trows_view=trows_view,
+    )
+
+
+def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone: ZoneInfo) -> None:
+    """Translate the stream's query as its runs will, against the catalog alone (no Spark, no
+    data): a function, clause or argument type the translator does not support is rejected
+    when the stream is created — with its name and position — not at its first trigger."""
+    query = stream.stmt.query
+    if query is None or not_built(stream.stmt):
+        return  # notify-only; or a stream that reports what is not built when it runs
+
+    def resolve(name: ast.QualifiedName) -> SourceTable:
+        db = (name.db or stream.db).lower()
+        if db == SYSTEM_DB:
+            key = f"{SYSTEM_DB}.{name.name.lower()}"
+            return SourceTable(key, key, "normal", system_schema(name.name.lower()), (), "ms")
+        info = warehouse.table(db, name.name.lower())
+        precision = warehouse.database(info.db).precision
+        key = f"{info.db}.{info.name}"
+        return SourceTable(key, key, info.kind, info.columns, info.tags, precision)
+
+    table = stream.trigger_table
+    source = resolve(ast.QualifiedName(table.name, table.db)) if table is not None else None
+    scope = stream_scope(stream, "__triggers", source)
+    translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope))
 
 
 def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:

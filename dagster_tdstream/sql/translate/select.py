@@ -11,34 +11,9 @@ from ...errors import QueryError
 from ...triggers.windows import IntervalSpec
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
+from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, Scalar
 
-# Aggregate functions this translator maps, with their Spark form; ``docs/sql-support.md``
-# lists them.
-AGGREGATES = ("count", "sum", "avg", "min", "max", "first", "last", "last_row", "spread", "stddev")
-SCALARS: dict[str, str] = {
-    "abs": "abs",
-    "ceil": "ceil",
-    "floor": "floor",
-    "round": "round",
-    "sqrt": "sqrt",
-    "pow": "pow",
-    "log": "ln",
-    "exp": "exp",
-    "sin": "sin",
-    "cos": "cos",
-    "tan": "tan",
-    "concat": "concat",
-    "concat_ws": "concat_ws",
-    "length": "octet_length",
-    "char_length": "char_length",
-    "lower": "lower",
-    "upper": "upper",
-    "ltrim": "ltrim",
-    "rtrim": "rtrim",
-    "substr": "substr",
-    "replace": "replace",
-}
-SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, "now", "today", "cast")))
+SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *OTHER)))
 
 _WINDOW_PSEUDO = ("_wstart", "_wend", "_wduration")
 
@@ -587,16 +562,25 @@ class _Renderer:
         if name in AGGREGATES:
             return self._aggregate(expr)
         if name in SCALARS:
-            args = [self.expr(a) for a in expr.args]
-            kind = (
-                "string"
-                if name in ("concat", "concat_ws", "lower", "upper", "ltrim", "rtrim", "substr", "replace")
-                else ("int" if name in ("length", "char_length") else "float")
-            )
-            if name in ("abs", "ceil", "floor", "round") and args:
-                kind = args[0].kind
-            return _Typed(f"{SCALARS[name]}({', '.join(a.sql for a in args)})", kind, any(a.aggregate for a in args))
+            return self._scalar(expr, SCALARS[name])
         raise _error(f"function {name}() is not supported yet; supported: {', '.join(SUPPORTED_FUNCTIONS)}", expr)
+
+    def _scalar(self, expr: ast.Func, fn: Scalar) -> _Typed:
+        if len(expr.args) not in fn.forms:
+            counts = fn.arities
+            wanted = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+            raise _error(f"{expr.name}() takes {wanted} argument(s), got {len(expr.args)}", expr)
+        args = [self.expr(a) for a in expr.args]
+        for arg, node in zip(args, expr.args, strict=True):
+            literal_null = isinstance(node, ast.Literal) and node.kind == "null"
+            if arg.kind not in fn.args and not literal_null:
+                wanted = "a number" if fn.args == NUMERIC else "a string"
+                raise _error(f"{expr.name}() needs {wanted}, got a {arg.kind} value", node)
+        kind = args[0].kind if fn.result == "same" else fn.result
+        sql = fn.spark([a.sql for a in args])
+        if fn.result == "same" and kind == "float":
+            sql = f"CAST({sql} AS DOUBLE)"  # Spark's ceil/floor/round/sign of a DOUBLE are not all DOUBLE
+        return _Typed(sql, kind, any(a.aggregate for a in args))
 
     def _utc_offset(self, value: int) -> int:
         from datetime import datetime

@@ -1,0 +1,142 @@
+"""The scalar functions the translator maps to Spark, in one table.
+
+Owns each function's arity, the argument kinds it accepts, its result kind and its Spark
+form, with TDengine's NULL rule (a NULL argument gives NULL: Spark's functions behave so) and
+type rule (a numeric function on a string or timestamp column is an error at translation,
+hence at CREATE STREAM). ``docs/sql-support.md`` is generated from these tables
+(``sql_support_markdown``; ``scripts/sql_support.py`` writes it, a test keeps it current).
+No SQL parsing, no Spark session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NUMERIC = ("int", "float")
+STRING = ("string",)
+ANY = ("int", "float", "string", "bool", "ts", "other")
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """``forms`` maps an argument count to a Spark template over the arguments' SQL
+    (``{0}``, ``{1}`` …; ``{*}`` joins them all); ``result`` is a kind, or ``same`` for the
+    first argument's kind."""
+
+    forms: dict[int, str]
+    args: tuple[str, ...]
+    result: str
+    doc: str
+
+    @property
+    def arities(self) -> tuple[int, ...]:
+        return tuple(sorted(self.forms))
+
+    def spark(self, args: list[str]) -> str:
+        return self.forms[len(args)].replace("{*}", ", ".join(args)).format(*args)
+
+
+def _variadic(low: int, high: int, template: str) -> dict[int, str]:
+    return {n: template for n in range(low, high + 1)}
+
+
+SCALARS: dict[str, Scalar] = {
+    # math: NULL in, NULL out; out-of-domain arguments give NULL (TDengine) — Spark gives NaN
+    # for sqrt/log of negatives, which notifications send as null and tables store as NaN
+    "abs": Scalar({1: "abs({0})"}, NUMERIC, "same", "absolute value"),
+    "acos": Scalar({1: "acos({0})"}, NUMERIC, "float", "arc cosine (radians)"),
+    "asin": Scalar({1: "asin({0})"}, NUMERIC, "float", "arc sine (radians)"),
+    "atan": Scalar({1: "atan({0})"}, NUMERIC, "float", "arc tangent (radians)"),
+    "ceil": Scalar({1: "ceil({0})"}, NUMERIC, "same", "smallest integer not below; keeps the argument's type"),
+    "cos": Scalar({1: "cos({0})"}, NUMERIC, "float", "cosine"),
+    "degrees": Scalar({1: "degrees({0})"}, NUMERIC, "float", "radians to degrees"),
+    "exp": Scalar({1: "exp({0})"}, NUMERIC, "float", "e to the power"),
+    "floor": Scalar({1: "floor({0})"}, NUMERIC, "same", "largest integer not above; keeps the argument's type"),
+    "ln": Scalar({1: "ln({0})"}, NUMERIC, "float", "natural logarithm"),
+    "log": Scalar({1: "ln({0})", 2: "log({1}, {0})"}, NUMERIC, "float", "log(x) natural, log(x, base) to a base"),
+    "mod": Scalar({2: "(CAST({0} AS DOUBLE) % {1})"}, NUMERIC, "float", "remainder, with the dividend's sign"),
+    "pi": Scalar({0: "pi()"}, NUMERIC, "float", "π"),
+    "pow": Scalar({2: "pow({0}, {1})"}, NUMERIC, "float", "x to the power y"),
+    "radians": Scalar({1: "radians({0})"}, NUMERIC, "float", "degrees to radians"),
+    "round": Scalar(
+        {1: "round({0})", 2: "round({0}, {1})"}, NUMERIC, "same", "round half away from zero, to 0 or d decimals"
+    ),
+    "sign": Scalar({1: "sign({0})"}, NUMERIC, "same", "-1, 0 or 1"),
+    "sin": Scalar({1: "sin({0})"}, NUMERIC, "float", "sine"),
+    "sqrt": Scalar({1: "sqrt({0})"}, NUMERIC, "float", "square root"),
+    "tan": Scalar({1: "tan({0})"}, NUMERIC, "float", "tangent"),
+    # strings
+    "ascii": Scalar({1: "ascii({0})"}, STRING, "int", "code of the first character"),
+    "char_length": Scalar({1: "char_length({0})"}, STRING, "int", "length in characters"),
+    "concat": Scalar(_variadic(2, 8, "concat({*})"), ANY, "string", "2 to 8 values joined; NULL if any is NULL"),
+    "concat_ws": Scalar(
+        _variadic(3, 9, "concat_ws({*})"),
+        ANY,
+        "string",
+        "values joined by a separator (the first); NULL values skipped",
+    ),
+    "length": Scalar({1: "octet_length({0})"}, STRING, "int", "length in bytes"),
+    "lower": Scalar({1: "lower({0})"}, STRING, "string", "lower case"),
+    "ltrim": Scalar({1: "ltrim({0})"}, STRING, "string", "leading blanks removed"),
+    "repeat": Scalar({2: "repeat({0}, {1})"}, ANY, "string", "the string n times"),
+    "replace": Scalar({3: "replace({0}, {1}, {2})"}, STRING, "string", "every occurrence replaced"),
+    "rtrim": Scalar({1: "rtrim({0})"}, STRING, "string", "trailing blanks removed"),
+    "substr": Scalar(
+        {2: "substr({0}, {1})", 3: "substr({0}, {1}, {2})"}, ANY, "string", "substring from a 1-based position"
+    ),
+    "substring": Scalar({2: "substr({0}, {1})", 3: "substr({0}, {1}, {2})"}, ANY, "string", "the same as substr"),
+    "trim": Scalar({1: "trim({0})"}, STRING, "string", "leading and trailing blanks removed"),
+    "upper": Scalar({1: "upper({0})"}, STRING, "string", "upper case"),
+}
+
+# aggregates and selectors (translated in select.py) with what they compute, for the docs
+AGGREGATES: dict[str, str] = {
+    "count": "count(*) counts rows; count(col) counts non-NULL values",
+    "sum": "sum of non-NULL values (NULL when there are none)",
+    "avg": "mean of non-NULL values, as DOUBLE",
+    "min": "smallest value",
+    "max": "largest value",
+    "first": "the value of the oldest row whose value is not NULL",
+    "last": "the value of the newest row whose value is not NULL",
+    "last_row": "the value of the newest row, NULL included",
+    "spread": "max - min, as DOUBLE",
+    "stddev": "population standard deviation",
+}
+OTHER = {
+    "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",
+    "now": "the statement's time, in the database precision",
+    "today": "midnight of the session time zone's current day",
+}
+
+
+def sql_support_markdown() -> str:
+    """``docs/sql-support.md``: what the translator supports, from the tables above."""
+    lines = [
+        "# SQL support",
+        "",
+        "Generated from `dagster_tdstream/sql/translate/functions.py` by `scripts/sql_support.py`;",
+        "do not edit by hand. A function not listed is rejected — by CREATE STREAM for a stream's",
+        "query — with its position and this list.",
+        "",
+        "## Aggregates and selectors",
+        "",
+        "| function | computes |",
+        "|---|---|",
+        *(f"| `{name}` | {doc} |" for name, doc in sorted(AGGREGATES.items())),
+        "",
+        "## Scalar functions",
+        "",
+        "NULL in, NULL out. Arguments of the wrong kind are rejected when the query is translated.",
+        "",
+        "| function | arguments | result | computes |",
+        "|---|---|---|---|",
+    ]
+    for name, fn in sorted(SCALARS.items()):
+        counts = fn.arities
+        arity = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        kinds = "any" if fn.args == ANY else " or ".join(fn.args)
+        result = "the argument's type" if fn.result == "same" else fn.result
+        lines.append(f"| `{name}` | {arity} ({kinds}) | {result} | {fn.doc} |")
+    lines += ["", "## Other", "", "| function | computes |", "|---|---|"]
+    lines += [f"| `{name}` | {doc} |" for name, doc in sorted(OTHER.items())]
+    return "\n".join(lines) + "\n"
