@@ -65,7 +65,7 @@ def test_unsupported_functions_and_arguments_are_rejected_at_create_stream(numbe
     with pytest.raises(QueryError) as unknown:
         numbers.execute(head + "twa(i) from %%trows")
     assert str(unknown.value).startswith("error at line 1, column 78: function twa() is not supported yet; supported:")
-    assert "apercentile" not in str(unknown.value) and "sqrt" in str(unknown.value)
+    assert "irate" not in str(unknown.value) and "sqrt" in str(unknown.value)
     with pytest.raises(QueryError, match=r"column 83: sqrt\(\) needs a number, got a string value"):  # at `s`
         numbers.execute(head + "sqrt(s) from %%trows")
     with pytest.raises(QueryError, match=r"column 78: log\(\) takes 1 to 2 argument\(s\), got 3"):
@@ -89,3 +89,26 @@ def test_the_function_list_in_docs_is_generated_from_the_code() -> None:
     assert (ROOT / "docs" / "sql-support.md").read_text() == sql_support_markdown(), (
         "docs/sql-support.md is stale: run .venv/bin/python scripts/sql_support.py"
     )
+
+
+def test_statistical_aggregates(session: Session) -> None:
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int, w int);"
+        f"insert into t values ({T}, 1, 7) ({T + 1000}, 2, 5) ({T + 2000}, 3, 7) ({T + 3000}, 4, 5) ({T + 4000}, NULL, NULL)"
+    )
+    ((std, var, p50, p0, p100, approx, distinct, mode, elapsed_ms, elapsed_s),) = session.query(
+        "select stddev_pop(v), var_pop(v), percentile(v, 50), percentile(v, 0), percentile(v, 100), "
+        "apercentile(v, 50), hyperloglog(w), mode(w), elapsed(ts), elapsed(ts, 1s) from t"
+    ).rows
+    assert math.isclose(std, math.sqrt(1.25)) and math.isclose(var, 1.25)
+    assert (p50, p0, p100) == (2.5, 1.0, 4.0)  # exact, interpolated between 2 and 3
+    assert 2.0 <= approx <= 3.0 and distinct == 2 and mode == 5
+    assert (elapsed_ms, elapsed_s) == (4000.0, 4.0)  # the NULL row still has a timestamp
+    windows = session.query("select _wstart, var_pop(v), elapsed(ts, 1s) from t interval(2s)").rows
+    assert [(w[1], w[2]) for w in windows] == [(0.25, 1.0), (0.25, 1.0), (None, 0.0)]
+    with pytest.raises(QueryError, match="percentile from 0 to 100"):
+        session.query("select percentile(v, 150) from t")
+    with pytest.raises(QueryError, match=r"var_pop\(\) needs a numeric argument"):
+        session.query("select var_pop(ts) from t")
+    with pytest.raises(QueryError, match=r"elapsed\(\) needs the timestamp column"):
+        session.query("select elapsed(v) from t")

@@ -101,6 +101,13 @@ AGGREGATES: dict[str, str] = {
     "last_row": "the value of the newest row, NULL included",
     "spread": "max - min, as DOUBLE",
     "stddev": "population standard deviation",
+    "stddev_pop": "population standard deviation",
+    "var_pop": "population variance",
+    "percentile": "percentile(col, p): the exact p-th percentile (0-100), interpolated",
+    "apercentile": "apercentile(col, p[, 'default'|'t-digest']): an approximate p-th percentile",
+    "hyperloglog": "approximate number of distinct non-NULL values",
+    "mode": "the most frequent non-NULL value (the smallest of equally frequent ones)",
+    "elapsed": "elapsed(ts[, unit]): time from the first to the last row, in unit (default: the precision)",
 }
 OTHER = {
     "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",

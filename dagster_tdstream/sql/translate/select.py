@@ -600,9 +600,23 @@ class _Renderer:
                 return _Typed("count(d.__m)" if self.scope.base is not None else "count(1)", "int", True)
             arg = self._plain_arg(expr)
             return _Typed(f"count({'DISTINCT ' if expr.distinct else ''}{arg.sql})", "int", True)
+        if name in ("percentile", "apercentile"):
+            return self._percentile(expr)
+        if name == "elapsed":
+            return self._elapsed(expr)
         if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
             raise _error(f"{name}() takes one column argument", expr)
         arg = self._plain_arg(expr)
+        if name == "hyperloglog":
+            return _Typed(f"approx_count_distinct({arg.sql})", "int", True)
+        if name == "mode":
+            # the most frequent non-NULL value; among equally frequent ones the smallest, so the
+            # answer does not depend on how Spark split the rows
+            return _Typed(f"mode({arg.sql}, true)", arg.kind, True)
+        if name in ("stddev_pop", "var_pop") and arg.kind not in NUMERIC:
+            raise _error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr)
+        if name in ("stddev_pop", "var_pop"):
+            return _Typed(f"{name}({arg.sql})", "float", True)
         spread_of_time = name == "spread" and arg.kind == "ts"
         if name in ("sum", "avg", "spread", "stddev") and arg.kind in ("string", "ts", "bool") and not spread_of_time:
             raise _error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr)
@@ -629,6 +643,46 @@ class _Renderer:
             return _Typed(f"max_by({arg.sql}, CASE WHEN {arg.sql} IS NOT NULL THEN {pk} END)", arg.kind, True)
         # last_row: the newest row's value, NULL included
         return _Typed(f"max_by({arg.sql}, {pk})", arg.kind, True)
+
+    def _percentile(self, expr: ast.Func) -> _Typed:
+        """percentile(col, p): the exact p-th percentile, interpolated; apercentile(col, p[,
+        algorithm]): an approximation (Spark's). p is a constant in [0, 100]."""
+        name = expr.name
+        most = 3 if name == "apercentile" else 2
+        if not 2 <= len(expr.args) <= most:
+            raise _error(f"{name}() takes a column and a percentile (0 to 100)", expr)
+        arg = self._plain_arg(expr)
+        if arg.kind not in NUMERIC:
+            raise _error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr.args[0])
+        p = expr.args[1]
+        if not (isinstance(p, ast.Literal) and p.kind in ("int", "float") and 0 <= float(p.value) <= 100):  # type: ignore[arg-type]
+            raise _error(f"{name}() takes a constant percentile from 0 to 100", p)
+        if len(expr.args) == 3:
+            algorithm = expr.args[2]
+            if not (isinstance(algorithm, ast.Literal) and str(algorithm.value).lower() in ("default", "t-digest")):
+                raise _error("apercentile() algorithm is 'default' or 't-digest'", algorithm)
+        fraction = float(p.value) / 100  # type: ignore[arg-type]
+        if name == "percentile":
+            return _Typed(f"percentile({arg.sql}, {fraction})", "float", True)
+        return _Typed(f"CAST(percentile_approx({arg.sql}, {fraction}) AS DOUBLE)", "float", True)
+
+    def _elapsed(self, expr: ast.Func) -> _Typed:
+        """elapsed(ts[, unit]): the time between the first and the last row, in ``unit``
+        (default: the database precision), as DOUBLE."""
+        if not 1 <= len(expr.args) <= 2:
+            raise _error("elapsed() takes the timestamp column and an optional time unit", expr)
+        arg = self._plain_arg(expr)
+        if arg.kind != "ts":
+            raise _error(f"elapsed() needs the timestamp column, got a {arg.kind} value", expr.args[0])
+        unit = 1
+        if len(expr.args) == 2:
+            given = expr.args[1]
+            if not isinstance(given, ast.DurationLiteral):
+                raise _error("elapsed() takes a time unit such as 1s or 1m as its second argument", given)
+            unit = given.duration.in_precision(self.scope.precision)
+            if unit <= 0:
+                raise _error("elapsed() time unit is finer than the database precision", given)
+        return _Typed(f"CAST(max({arg.sql}) - min({arg.sql}) AS DOUBLE) / {unit}", "float", True)
 
     def _plain_arg(self, expr: ast.Func) -> _Typed:
         arg = self.expr(expr.args[0])
