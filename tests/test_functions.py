@@ -12,6 +12,8 @@ import pytest
 from dagster_tdstream import QueryError, Session
 from dagster_tdstream.sql.translate.functions import SCALARS, sql_support_markdown
 
+from .conftest import output
+
 ROOT = Path(__file__).resolve().parents[1]
 T = 1700000000000
 
@@ -112,3 +114,35 @@ def test_statistical_aggregates(session: Session) -> None:
         session.query("select var_pop(ts) from t")
     with pytest.raises(QueryError, match=r"elapsed\(\) needs the timestamp column"):
         session.query("select elapsed(v) from t")
+
+
+@pytest.mark.parametrize("zone", ["Asia/Shanghai", "America/New_York"])
+def test_time_functions_in_the_session_time_zone(warehouse: object, spark: object, zone: str) -> None:
+    from dagster_tdstream.compute.spark import LazySpark
+
+    session = Session(warehouse, timezone=zone, spark=LazySpark(session=spark))  # type: ignore[arg-type]
+    session.execute("create database d; use d; create table t (ts timestamp, s varchar(30))")
+    # 2023-11-14 22:13:20 UTC: a Wednesday in Shanghai (Nov 15, 06:13), a Tuesday in New York (17:13)
+    session.execute(f"insert into t values ({T}, '2023-11-15 06:13:20')")
+    ((diff_s, diff_ms, neg, trunc_h, trunc_d, trunc_utc, weekday, dayofweek, week, iso, unix, tz),) = output(
+        session,
+        f"select timediff(ts, {T - 90_500}, 1s), timediff(ts, {T - 90_500}), timediff({T - 90_500}, ts, 1m), "
+        "timetruncate(ts, 1h), timetruncate(ts, 1d), timetruncate(ts, 1d, 0), weekday(ts), dayofweek(ts), "
+        "weekofyear(ts), to_iso8601(ts), to_unixtimestamp(s), timezone() from t",
+    )
+    assert (diff_s, diff_ms, neg) == (90, 90_500, -1)  # truncated toward zero
+    assert trunc_h == T - T % 3_600_000 and trunc_utc == T - T % 86_400_000
+    if zone == "Asia/Shanghai":
+        assert trunc_d == 1699977600000  # 2023-11-15 00:00 +08:00
+        assert (weekday, dayofweek, week) == (2, 4, 46)
+        assert iso == "2023-11-15T06:13:20.000+08:00" and unix == T
+        assert tz.startswith("Asia/Shanghai (CST, +0800)")
+    else:
+        assert trunc_d == 1699938000000  # 2023-11-14 00:00 -05:00
+        assert (weekday, dayofweek, week) == (1, 3, 46)
+        assert iso == "2023-11-14T17:13:20.000-05:00" and unix == T + 13 * 3_600_000  # the string read in New York
+        assert tz.startswith("America/New_York (E")
+    with pytest.raises(QueryError, match=r"weekday\(\) needs a timestamp"):
+        session.query("select weekday(s) from t")
+    with pytest.raises(QueryError, match="time unit such as 1s"):
+        session.query("select timediff(ts, ts, 5) from t")

@@ -589,3 +589,10 @@ def test_messages_larger_than_a_frame_arrive_whole(tmp_path: Path, receiver: Rec
     report = deliver(warehouse, DeliverySettings(frame_bytes=100, timeout_seconds=5))
     assert report.sent == 1
     assert receiver.events() == [json.loads(big)]
+
+
+def test_datetime_results_become_epochs_in_the_precision() -> None:
+    from datetime import UTC, datetime
+
+    moment = datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    assert json_value(moment, "ms") == T and json_value(moment, "us") == T * 1000

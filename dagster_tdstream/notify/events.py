@@ -69,7 +69,7 @@ def json_value(value: Any, precision: str = "ms") -> Any:
         except UnicodeDecodeError:
             return "0x" + raw.hex()
     if isinstance(value, datetime):
-        return int(value.timestamp() * 1e9) // (10**9 // PRECISIONS[precision])
+        return int(value.timestamp() * 1e9) // PRECISIONS[precision]  # PRECISIONS: ns per unit
     item = getattr(value, "item", None)  # numpy scalars
     if callable(item):
         return json_value(item(), precision)

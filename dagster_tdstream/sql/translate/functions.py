@@ -109,6 +109,17 @@ AGGREGATES: dict[str, str] = {
     "mode": "the most frequent non-NULL value (the smallest of equally frequent ones)",
     "elapsed": "elapsed(ts[, unit]): time from the first to the last row, in unit (default: the precision)",
 }
+# time functions (translated in select.py: they need the precision and the session time zone)
+TIME_FUNCTIONS: dict[str, str] = {
+    "timediff": "timediff(t1, t2[, unit]): t1 - t2 in unit (default: the precision), truncated toward zero",
+    "timetruncate": "timetruncate(ts, unit[, 0|1]): down to the unit; 1d at midnight of the session time zone (0: UTC)",
+    "weekday": "0 = Monday … 6 = Sunday, in the session time zone",
+    "dayofweek": "1 = Sunday … 7 = Saturday, in the session time zone",
+    "weekofyear": "the ISO week, in the session time zone",
+    "timezone": "the session time zone, e.g. Asia/Shanghai (CST, +0800)",
+    "to_iso8601": "the timestamp as ISO 8601 text in the session time zone, with its offset",
+    "to_unixtimestamp": "a timestamp string (session time zone) as an epoch number in the precision",
+}
 OTHER = {
     "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",
     "now": "the statement's time, in the database precision",
@@ -144,6 +155,8 @@ def sql_support_markdown() -> str:
         kinds = "any" if fn.args == ANY else " or ".join(fn.args)
         result = "the argument's type" if fn.result == "same" else fn.result
         lines.append(f"| `{name}` | {arity} ({kinds}) | {result} | {fn.doc} |")
+    lines += ["", "## Time functions", "", "| function | computes |", "|---|---|"]
+    lines += [f"| `{name}` | {doc} |" for name, doc in sorted(TIME_FUNCTIONS.items())]
     lines += ["", "## Other", "", "| function | computes |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(OTHER.items())]
     return "\n".join(lines) + "\n"

@@ -11,9 +11,9 @@ from ...errors import QueryError
 from ...triggers.windows import IntervalSpec
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
-from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, Scalar
+from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, TIME_FUNCTIONS, Scalar
 
-SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *OTHER)))
+SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *TIME_FUNCTIONS, *OTHER)))
 
 _WINDOW_PSEUDO = ("_wstart", "_wend", "_wduration")
 
@@ -561,6 +561,8 @@ class _Renderer:
             return _Typed(f"{(self.now + local_offset) // day * day - local_offset}L", "ts")
         if name in AGGREGATES:
             return self._aggregate(expr)
+        if name in TIME_FUNCTIONS:
+            return self._time_function(expr)
         if name in SCALARS:
             return self._scalar(expr, SCALARS[name])
         raise _error(f"function {name}() is not supported yet; supported: {', '.join(SUPPORTED_FUNCTIONS)}", expr)
@@ -581,6 +583,102 @@ class _Renderer:
         if fn.result == "same" and kind == "float":
             sql = f"CAST({sql} AS DOUBLE)"  # Spark's ceil/floor/round/sign of a DOUBLE are not all DOUBLE
         return _Typed(sql, kind, any(a.aggregate for a in args))
+
+    def _ts_arg(self, expr: ast.Func, index: int) -> _Typed:
+        """A timestamp argument: a timestamp value, an integer (an epoch in the precision, as
+        TDengine takes it), or a string literal read as a timestamp."""
+        node = expr.args[index]
+        typed = self.as_ts(node, self.expr(node))
+        if typed.kind not in ("ts", "int"):
+            raise _error(f"{expr.name}() needs a timestamp, got a {typed.kind} value", node)
+        return typed
+
+    def _local(self, ts_sql: str) -> str:
+        """A timestamp value (epoch in the precision) as a Spark TIMESTAMP in the session time
+        zone's wall-clock time (Spark's own session zone is UTC)."""
+        per_micro = {"ms": None, "us": 1, "ns": 1000}[self.scope.precision]
+        spark_ts = f"timestamp_millis({ts_sql})" if per_micro is None else f"timestamp_micros({ts_sql} DIV {per_micro})"
+        return f"from_utc_timestamp({spark_ts}, '{self.ctx.timezone.key}')"
+
+    def _time_function(self, expr: ast.Func) -> _Typed:
+        name, args = expr.name, expr.args
+        arities = {"timediff": (2, 3), "timetruncate": (2, 3), "to_iso8601": (1, 1), "to_unixtimestamp": (1, 1),
+                   "timezone": (0, 0), "weekday": (1, 1), "dayofweek": (1, 1), "weekofyear": (1, 1)}  # fmt: skip
+        low, high = arities[name]
+        if not low <= len(args) <= high:
+            wanted = str(low) if low == high else f"{low} to {high}"
+            raise _error(f"{name}() takes {wanted} argument(s), got {len(args)}", expr)
+        per_second = 10**9 // PRECISIONS[self.scope.precision]
+        if name == "timezone":
+            return _Typed(f"'{_zone_label(self.ctx.timezone, self.now, per_second)}'", "string")
+        if name == "to_unixtimestamp":
+            node = args[0]
+            if isinstance(node, ast.Literal) and node.kind == "string":
+                return _Typed(self.timestamp_literal(node), "int")
+            text = self.expr(node)
+            if text.kind != "string":
+                raise _error(f"to_unixtimestamp() needs a timestamp string, got a {text.kind} value", node)
+            micros = f"unix_micros(to_utc_timestamp(to_timestamp({text.sql}), '{self.ctx.timezone.key}'))"
+            scaled = {"ms": f"{micros} DIV 1000", "us": micros, "ns": f"{micros} * 1000"}[self.scope.precision]
+            return _Typed(scaled, "int", text.aggregate)
+        ts = self._ts_arg(expr, 0)
+        if name == "timediff":
+            other = self._ts_arg(expr, 1)
+            unit = self._unit(expr, 2) if len(args) == 3 else 1
+            # TDengine truncates toward zero, in the unit asked for (default: the precision)
+            return _Typed(
+                f"CAST(({ts.sql} - {other.sql}) DIV {unit} AS BIGINT)", "int", ts.aggregate or other.aggregate
+            )
+        if name == "timetruncate":
+            return self._timetruncate(expr, ts)
+        local = self._local(ts.sql)
+        if name == "weekday":  # 0 = Monday … 6 = Sunday
+            return _Typed(f"weekday({local})", "int", ts.aggregate)
+        if name == "dayofweek":  # 1 = Sunday … 7 = Saturday
+            return _Typed(f"dayofweek({local})", "int", ts.aggregate)
+        if name == "weekofyear":  # the ISO week
+            return _Typed(f"weekofyear({local})", "int", ts.aggregate)
+        # to_iso8601: local wall-clock time, the precision's fraction, and the offset in force
+        fraction = {"ms": ".SSS", "us": ".SSSSSS", "ns": ".SSSSSS"}[self.scope.precision]
+        minutes = f"CAST((unix_micros({local}) - {self._micros(ts.sql)}) DIV 60000000 AS INT)"
+        sign = f"CASE WHEN {minutes} < 0 THEN '-' ELSE '+' END"
+        hours = f"lpad(CAST(abs({minutes}) DIV 60 AS STRING), 2, '0')"
+        mins = f"lpad(CAST(abs({minutes}) % 60 AS STRING), 2, '0')"
+        text = f"concat(date_format({local}, \"yyyy-MM-dd'T'HH:mm:ss{fraction}\"), {sign}, {hours}, ':', {mins})"
+        return _Typed(text, "string", ts.aggregate)
+
+    def _micros(self, ts_sql: str) -> str:
+        return {"ms": f"({ts_sql} * 1000)", "us": ts_sql, "ns": f"({ts_sql} DIV 1000)"}[self.scope.precision]
+
+    def _unit(self, expr: ast.Func, index: int) -> int:
+        node = expr.args[index]
+        if not isinstance(node, ast.DurationLiteral) or node.duration.is_calendar:
+            raise _error(f"{expr.name}() takes a time unit such as 1s, 1m, 1h or 1d", node)
+        unit = node.duration.in_precision(self.scope.precision)
+        if unit <= 0:
+            raise _error(f"{expr.name}() time unit {node.duration} is finer than the database precision", node)
+        return unit
+
+    def _timetruncate(self, expr: ast.Func, ts: _Typed) -> _Typed:
+        """Down to a multiple of the unit; whole days (and longer) at midnight of the session
+        time zone unless the third argument is 0 (then UTC midnight), as TDengine does."""
+        unit = self._unit(expr, 1)
+        local_zone = True
+        if len(expr.args) == 3:
+            flag = expr.args[2]
+            if not (isinstance(flag, ast.Literal) and flag.value in (0, 1)):
+                raise _error("timetruncate()'s third argument is 0 (UTC) or 1 (the session time zone)", flag)
+            local_zone = flag.value == 1
+        per_day = 86400 * 10**9 // PRECISIONS[self.scope.precision]  # PRECISIONS: ns per unit
+        if unit % per_day or not local_zone:
+            return _Typed(f"({ts.sql} - pmod({ts.sql}, {unit}))", "ts", ts.aggregate)
+        zone = self.ctx.timezone.key
+        days = unit // per_day
+        if days != 1:
+            raise _error("timetruncate() to several days is not supported yet; use 1d", expr.args[1])
+        midnight = f"unix_micros(to_utc_timestamp(date_trunc('DAY', {self._local(ts.sql)}), '{zone}'))"
+        scaled = {"ms": f"{midnight} DIV 1000", "us": midnight, "ns": f"{midnight} * 1000"}[self.scope.precision]
+        return _Typed(scaled, "ts", ts.aggregate)
 
     def _utc_offset(self, value: int) -> int:
         from datetime import datetime
@@ -724,3 +822,11 @@ _TRIGGER_NAMES: dict[str, tuple[str, str]] = {
     "_tprev_ts": ("_tprev_ts", "ts"),
     "_tnext_ts": ("_tnext_ts", "ts"),
 }
+
+
+def _zone_label(zone: ZoneInfo, now: int, per_second: int) -> str:
+    """TDengine's TIMEZONE(): ``Asia/Shanghai (CST, +0800)``, as in force at ``now``."""
+    from datetime import datetime
+
+    moment = datetime.fromtimestamp(now / per_second, zone)
+    return f"{zone.key} ({moment.tzname()}, {moment.strftime('%z')})"
