@@ -145,3 +145,46 @@ def test_query_errors_name_the_position_and_alternatives(session: Session) -> No
         session.query("select _wstart, count(*) from d1001")
     with pytest.raises(QueryError, match="query failed in Spark"):
         session.query("select voltage, count(*) from d1001")
+
+
+def test_interval_fill_modes(session: Session) -> None:
+    T = 1700000000000
+    session.execute(
+        "create database fd; use fd; create stable st (ts timestamp, v int, f double) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1, 1.0) ({T + 30000}, 4, 4.5) b values ({T + 10000}, 10, 10.0) ({T + 20000}, 20, 20.0)"
+    )
+
+    def filled(mode: str) -> list[tuple[object, ...]]:
+        sql = f"select _wstart, tbname, sum(v), avg(f) from st partition by tbname interval(10s) fill({mode})"
+        return [(int(r[0].timestamp() * 1000) - T, *r[1:]) for r in session.query(sql).rows]
+
+    b = [(10000, "b", 10, 10.0), (20000, "b", 20, 20.0)]  # b has no gap: nothing to fill
+    assert filled("null") == [
+        (0, "a", 1, 1.0),
+        (10000, "a", None, None),
+        (20000, "a", None, None),
+        (30000, "a", 4, 4.5),
+        *b,
+    ]
+    assert filled("value, 0, -1") == [
+        (0, "a", 1, 1.0),
+        (10000, "a", 0, -1.0),
+        (20000, "a", 0, -1.0),
+        (30000, "a", 4, 4.5),
+        *b,
+    ]
+    assert filled("prev") == [(0, "a", 1, 1.0), (10000, "a", 1, 1.0), (20000, "a", 1, 1.0), (30000, "a", 4, 4.5), *b]
+    assert filled("next") == [(0, "a", 1, 1.0), (10000, "a", 4, 4.5), (20000, "a", 4, 4.5), (30000, "a", 4, 4.5), *b]
+    # integers stay integers (truncated), doubles interpolate exactly
+    assert filled("linear") == [(0, "a", 1, 1.0), (10000, "a", 2, pytest.approx(2 + 1 / 6)), (20000, "a", 3, pytest.approx(3 + 1 / 3)),
+                                (30000, "a", 4, 4.5), *b]  # fmt: skip
+    assert filled("none") == [(0, "a", 1, 1.0), (30000, "a", 4, 4.5), *b]
+    ((_, total),) = session.query(
+        f"select _wstart, count(*) from a where ts < {T + 10000} interval(10s) fill(prev)"
+    ).rows
+    assert total == 1
+    with pytest.raises(QueryError, match=r"FILL\(VALUE, …\) needs 2 value\(s\)"):
+        session.query("select _wstart, sum(v), avg(f) from a interval(10s) fill(value, 0)")
+    with pytest.raises(QueryError, match="FILL with ORDER BY"):
+        session.query("select _wstart, sum(v) from a interval(10s) fill(null) order by _wstart desc")

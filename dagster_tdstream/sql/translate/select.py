@@ -231,8 +231,8 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if window is not None:
         if scope.pk is None:
             raise _error("INTERVAL needs a table with a timestamp primary key", select)
-        if window.fill is not None and window.fill.mode != "NONE":
-            raise _error(f"FILL({window.fill.mode}) is not supported yet; FILL(NONE) is", select)
+        if window.fill is not None and window.fill.mode != "NONE" and stream is not None:
+            raise _error(f"FILL({window.fill.mode}) is not supported in a stream's query yet", select)
         interval = render.duration(window.interval, select)
         scope.window = window
         scope.window_sql = {
@@ -249,15 +249,18 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         group_keys.append("d.__qw")
 
     items: list[tuple[str, str, OutputColumn]] = []  # (sql, internal alias, output column)
+    kinds: list[str] = []
     for item in select.items:
         if isinstance(item.expr, ast.Star):
             for name in scope.star:
                 expr, kind = scope.columns[name.lower()]
                 items.append((expr, f"__c{len(items)}", OutputColumn(name, kind == "ts")))
+                kinds.append(kind)
             continue
         typed = render.expr(item.expr)
         name = item.alias or item.text
         items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts")))
+        kinds.append(typed.kind)
 
     is_aggregate = bool(group_keys) or render.saw_aggregate
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
@@ -291,6 +294,13 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         parts.append("GROUP BY " + ", ".join(group_keys))
     if select.having is not None:
         parts.append("HAVING " + render.condition(select.having))
+    if window is not None and window.fill is not None and window.fill.mode != "NONE":
+        partition_sql = [render.expr(e).sql for e in select.partition_by]
+        return (
+            _filled(select, window, scope, parts, items, kinds, partition_sql, render),
+            [c for _, _, c in items],
+            scope,
+        )
     order = _order_by(select, scope, render, items, group_keys if is_aggregate else [], is_aggregate)
     if stream is not None and (select.limit is not None or select.offset is not None):
         # LIMIT/OFFSET apply per trigger: number the rows of each trigger and keep a slice
@@ -317,6 +327,79 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+def _filled(
+    select: ast.Select,
+    window: ast.IntervalWindow,
+    scope: _Scope,
+    parts: list[str],
+    items: list[tuple[str, str, OutputColumn]],
+    kinds: list[str],
+    partition_sql: list[str],
+    render: _Renderer,
+) -> str:
+    """INTERVAL … FILL: every window between each partition's first and last window with
+    data, the windows without rows filled — NULL/NULL_F with NULL, VALUE/VALUE_F with the given
+    constants (in the order of the filled columns), PREV/NEXT with the nearest earlier/later
+    window's value, LINEAR by interpolating numbers between them over the window starts.
+    Window pseudo-columns and partition keys are not filled: they come from the window grid."""
+    assert window.fill is not None
+    mode = window.fill.mode.removesuffix("_F")
+    if select.order_by or select.limit is not None or select.offset is not None or select.having is not None:
+        raise _error("FILL with ORDER BY, LIMIT or HAVING is not supported yet", select)
+    step = render.duration(window.sliding or window.interval, select)
+    keys = [f"__p{i}" for i in range(len(partition_sql))]
+    inner_select = ", ".join([*(f"{sql} AS {k}" for sql, k in zip(partition_sql, keys, strict=True)), "d.__qw AS __w"])
+    inner = parts[0].replace(" FROM ", f", {inner_select} FROM ", 1) + " " + " ".join(parts[1:])
+    key_list = "".join(f"{k}, " for k in keys)
+    bounds = f"SELECT {key_list}min(__w) AS __lo, max(__w) AS __hi FROM __agg" + (
+        f" GROUP BY {', '.join(keys)}" if keys else ""
+    )
+    grid = f"SELECT {key_list}explode(sequence(__lo, __hi, CAST({step} AS BIGINT))) AS __w FROM ({bounds}) __b"
+    on = " AND ".join([*(f"g.{k} <=> a.{k}" for k in keys), "g.__w = a.__w"])
+    pseudo = {"d.__qw": "g.__w", **{v: v.replace("d.__qw", "g.__w") for v in scope.window_sql.values()}}
+    filled_columns = [i for i, (sql, _, _) in enumerate(items) if sql not in pseudo and sql not in partition_sql]
+    values = list(window.fill.values)
+    if mode == "VALUE" and len(values) != len(filled_columns):
+        raise _error(
+            f"FILL(VALUE, …) needs {len(filled_columns)} value(s), one per filled column; got {len(values)}", select
+        )
+    order = f"PARTITION BY {', '.join('g.' + k for k in keys) or 'NULL'} ORDER BY g.__w"
+    columns = []
+    for i, (sql, alias, _) in enumerate(items):
+        if sql in pseudo:
+            columns.append(f"{pseudo[sql]} AS {alias}")
+            continue
+        if sql in partition_sql:
+            columns.append(f"g.{keys[partition_sql.index(sql)]} AS {alias}")
+            continue
+        value = f"a.{alias}"
+        if mode == "VALUE":
+            constant = render.expr(values[filled_columns.index(i)]).sql
+            value = f"CASE WHEN a.__w IS NULL THEN {constant} ELSE a.{alias} END"
+        elif mode == "PREV":
+            value = f"last(a.{alias}, true) OVER ({order} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+        elif mode == "NEXT":
+            value = f"first(a.{alias}, true) OVER ({order} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)"
+        elif mode == "LINEAR" and kinds[i] in NUMERIC:
+            before = f"{order} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+            after = f"{order} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING"
+            prev_v, next_v = f"last(a.{alias}, true) OVER ({before})", f"first(a.{alias}, true) OVER ({after})"
+            prev_w = f"last(CASE WHEN a.{alias} IS NOT NULL THEN g.__w END, true) OVER ({before})"
+            next_w = f"first(CASE WHEN a.{alias} IS NOT NULL THEN g.__w END, true) OVER ({after})"
+            value = (
+                f"CASE WHEN a.{alias} IS NOT NULL THEN a.{alias} WHEN {prev_w} IS NULL OR {next_w} IS NULL THEN NULL "
+                f"ELSE {prev_v} + ({next_v} - {prev_v}) * (g.__w - {prev_w}) / ({next_w} - {prev_w}) END"
+            )
+            if kinds[i] == "int":  # an integer column stays integer (the interpolation truncated)
+                value = f"CAST({value} AS BIGINT)"
+        columns.append(f"{value} AS {alias}")
+    ordering = ", ".join([*(f"g.{k}" for k in keys), "g.__w"])
+    return (
+        f"WITH __agg AS ({inner}) SELECT {', '.join(columns)} FROM ({grid}) g LEFT JOIN __agg a ON {on} "
+        f"ORDER BY {ordering}"
+    )
 
 
 def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, select: ast.Select) -> str:
