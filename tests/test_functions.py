@@ -148,3 +148,36 @@ def test_time_functions_in_the_session_time_zone(warehouse: object, spark: objec
         session.query("select weekday(s) from t")
     with pytest.raises(QueryError, match="time unit such as 1s"):
         session.query("select timediff(ts, ts, 5) from t")
+
+
+def test_time_series_functions(session: Session) -> None:
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int, f double, b bool) tags (g int);"
+        "create table a using st tags (1); create table z using st tags (2);"
+        f"insert into a values ({T}, 5, 1.0, true) ({T + 1000}, NULL, 2.0, false) ({T + 2000}, 3, NULL, true) "
+        f"({T + 3000}, 8, 4.0, true) z values ({T}, 1, 1.0, true) ({T + 1000}, 2, 2.0, false)"
+    )
+
+    def rows(sql: str) -> list[tuple[object, ...]]:
+        return [tuple(v - T if i == 0 else v for i, v in enumerate(r)) for r in output(session, sql)]
+
+    # diff: against the nearest earlier non-NULL value (5 for the row at +2s); TDengine's options
+    assert rows("select ts, diff(v) from a") == [(1000, None), (2000, -2), (3000, 5)]
+    assert rows("select ts, diff(v, 1) from a") == [(1000, None), (2000, None), (3000, 5)]
+    assert rows("select ts, diff(v, 2) from a") == [(2000, -2), (3000, 5)]
+    assert rows("select ts, diff(v, 3) from a") == [(3000, 5)]
+    assert rows("select ts, diff(b) from a") == [(1000, -1), (2000, 1), (3000, 0)]
+    assert [r[0] for r in output(session, "select diff(ts) from a")] == [1000, 1000, 1000]
+    assert rows("select ts, v, csum(v) from a") == [(0, 5, 5), (2000, 3, 8), (3000, 8, 16)]
+    assert rows("select ts, mavg(f, 2) from a") == [(1000, 1.5), (3000, 3.0)]
+    assert rows("select ts, diff(v) from a where v > 3") == [(3000, 3)]
+    by_table = output(session, "select tbname, diff(v) from st partition by tbname")
+    assert by_table == [("a", None), ("a", -2), ("a", 5), ("z", 1)]  # per child table, each without its first row
+    with pytest.raises(QueryError, match=r"diff\(\) must be a select item of its own"):
+        session.query("select diff(v) + 1 from a")
+    with pytest.raises(QueryError, match="csum and diff cannot be mixed"):
+        session.query("select diff(v), csum(v) from a")
+    with pytest.raises(QueryError, match="ignore_option is 0, 1, 2 or 3"):
+        session.query("select diff(v, 5) from a")
+    with pytest.raises(QueryError, match="cannot be combined with windows"):
+        session.query("select _wstart, diff(v) from a interval(1s)")

@@ -120,6 +120,13 @@ TIME_FUNCTIONS: dict[str, str] = {
     "to_iso8601": "the timestamp as ISO 8601 text in the session time zone, with its offset",
     "to_unixtimestamp": "a timestamp string (session time zone) as an epoch number in the precision",
 }
+# time-series functions: one output row per input row they keep (translated in select.py)
+SERIES_FUNCTIONS: dict[str, str] = {
+    "diff": "diff(expr[, 0|1|2|3]): the value minus the nearest earlier non-NULL value; 0/1 drop the first"
+    " row, 1/3 make negative differences NULL, 2/3 drop rows whose differences are all NULL",
+    "csum": "the running sum of the non-NULL values (NULL rows have no output)",
+    "mavg": "mavg(expr, k): the mean of the last k non-NULL values (the first k-1 have no output)",
+}
 OTHER = {
     "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",
     "now": "the statement's time, in the database precision",
@@ -157,6 +164,9 @@ def sql_support_markdown() -> str:
         lines.append(f"| `{name}` | {arity} ({kinds}) | {result} | {fn.doc} |")
     lines += ["", "## Time functions", "", "| function | computes |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(TIME_FUNCTIONS.items())]
+    lines += ["", "## Time-series functions", "", "In time order per partition; not beside aggregates.", ""]
+    lines += ["| function | computes |", "|---|---|"]
+    lines += [f"| `{name}` | {doc} |" for name, doc in sorted(SERIES_FUNCTIONS.items())]
     lines += ["", "## Other", "", "| function | computes |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(OTHER.items())]
     return "\n".join(lines) + "\n"

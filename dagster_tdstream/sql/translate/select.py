@@ -11,9 +11,9 @@ from ...errors import QueryError
 from ...triggers.windows import IntervalSpec
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
-from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, TIME_FUNCTIONS, Scalar
+from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 
-SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *TIME_FUNCTIONS, *OTHER)))
+SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *TIME_FUNCTIONS, *SERIES_FUNCTIONS, *OTHER)))
 
 _WINDOW_PSEUDO = ("_wstart", "_wend", "_wduration")
 
@@ -241,6 +241,9 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
             "_wend": f"(d.__qw + {interval})",
             "_wduration": f"CAST({interval} AS BIGINT)",
         }
+    series = [item for item in select.items if isinstance(item.expr, ast.Func) and item.expr.name in SERIES_FUNCTIONS]
+    if series:
+        return _series_query(select, scope, render, ctx)
     where_sql = render.condition(select.where) if select.where is not None else None
     if scope.trows_filter is not None:
         scope.trigger_join.append(render.condition(scope.trows_filter))
@@ -327,6 +330,118 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+def _series_query(
+    select: ast.Select, scope: _Scope, render: _Renderer, ctx: TranslationContext
+) -> tuple[str, list[OutputColumn], _Scope]:
+    """Queries with diff/csum/mavg: one output row per input row that the function keeps, in
+    time order per partition. diff is the row's value minus the nearest earlier non-NULL value
+    (ignore_option 0/1: the first row has no output; 1/3: a negative difference is NULL; 2/3: rows
+    whose differences are all NULL are dropped); csum is the running sum of the non-NULL values
+    (a NULL row has no output); mavg(expr, k) the mean of the last k non-NULL values (the first
+    k-1 have no output)."""
+    if ctx.stream is not None:
+        raise _error("diff/csum/mavg are not supported in a stream's query yet", select)
+    if select.window is not None or select.group_by or select.having is not None or select.distinct:
+        raise _error("diff/csum/mavg cannot be combined with windows, GROUP BY, HAVING or DISTINCT", select)
+    if scope.pk is None or scope.base is None:
+        raise _error("diff/csum/mavg need a table with a timestamp primary key", select)
+    names = {i.expr.name for i in select.items if isinstance(i.expr, ast.Func) and i.expr.name in SERIES_FUNCTIONS}
+    if len(names) > 1:
+        raise _error(f"{' and '.join(sorted(names))} cannot be mixed in one query", select)
+    partition = [render.expr(e).sql for e in select.partition_by]
+    over = f"PARTITION BY {', '.join(partition) or 'NULL'} ORDER BY {scope.pk}"
+    items: list[tuple[str, str, OutputColumn]] = []
+    keep: list[str] = []
+    drop_when_all_null: list[str] = []
+    for item in select.items:
+        alias = f"__c{len(items)}"
+        name = item.alias or item.text
+        expr = item.expr
+        if not (isinstance(expr, ast.Func) and expr.name in SERIES_FUNCTIONS):
+            if isinstance(expr, ast.Star):
+                raise _error("* cannot be selected beside diff/csum/mavg; name the columns", expr)
+            typed = render.expr(expr)
+            if typed.aggregate:
+                raise _error("aggregates cannot be selected beside diff/csum/mavg", expr)
+            items.append((typed.sql, alias, OutputColumn(name, typed.kind == "ts")))
+            continue
+        sql, condition, all_null = _series_function(expr, render, over)
+        items.append((sql, alias, OutputColumn(name, False)))
+        keep += [condition] if condition else []
+        drop_when_all_null += [alias] if all_null else []
+    where = render.condition(select.where) if select.where is not None else None
+    select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
+    keys = "".join(f", {p} AS __p{i}" for i, p in enumerate(partition))
+    # a kept row's conditions use the row and window functions: evaluated in the inner query
+    flags = "".join(f", ({condition}) AS __k{i}" for i, condition in enumerate(keep))
+    inner = (
+        f"SELECT {select_list}{keys}{flags}, {scope.pk} AS __ts FROM {_data_relation(scope)}"
+        + (f" WHERE {where}" if where else "")
+    )
+    conditions = [f"__k{i}" for i in range(len(keep))]
+    if drop_when_all_null:
+        conditions.append("(" + " OR ".join(f"{a} IS NOT NULL" for a in drop_when_all_null) + ")")
+    order = [f"__p{i}" for i in range(len(partition))] + ["__ts"]
+    if select.order_by:
+        raise _error("ORDER BY beside diff/csum/mavg is not supported yet (rows come in time order)", select)
+    sql = f"SELECT {', '.join(alias for _, alias, _ in items)} FROM ({inner}) __series"
+    if conditions:
+        sql += " WHERE " + " AND ".join(f"({c})" for c in conditions)
+    sql += " ORDER BY " + ", ".join(order)
+    if select.limit is not None:
+        sql += f" LIMIT {select.limit}"
+    if select.offset is not None:
+        sql += f" OFFSET {select.offset}"
+    return sql, [col for _, _, col in items], scope
+
+
+def _series_function(expr: ast.Func, render: _Renderer, over: str) -> tuple[str, str | None, bool]:
+    """(the value's SQL, the condition for its row to be output, whether an all-NULL row of
+    such values is dropped) for one diff/csum/mavg."""
+    name = expr.name
+    if not expr.args:
+        raise _error(f"{name}() needs a column", expr)
+    arg = render.expr(expr.args[0])
+    if arg.aggregate:
+        raise _error(f"{name}() cannot contain an aggregate", expr.args[0])
+    value = f"CAST({arg.sql} AS INT)" if arg.kind == "bool" else arg.sql
+    allowed = ("int", "float", "ts", "bool") if name == "diff" else NUMERIC
+    if arg.kind not in allowed:
+        raise _error(f"{name}() needs a numeric column, got a {arg.kind} value", expr.args[0])
+    cast = "DOUBLE" if arg.kind == "float" else "BIGINT"
+    if name == "diff":
+        option = 0
+        if len(expr.args) == 2:
+            node = expr.args[1]
+            if not (isinstance(node, ast.Literal) and node.kind == "int" and node.value in (0, 1, 2, 3)):
+                raise _error("diff()'s ignore_option is 0, 1, 2 or 3", node)
+            option = int(node.value)  # type: ignore[call-overload]
+        elif len(expr.args) > 2:
+            raise _error("diff() takes a column and an optional ignore_option", expr)
+        previous = f"last({value}, true) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+        difference = f"CAST({value} - {previous} AS {cast})"
+        if option in (1, 3):  # a negative difference counts as NULL
+            difference = f"CASE WHEN {value} - {previous} < 0 THEN NULL ELSE {difference} END"
+        if option in (0, 1):
+            return difference, f"row_number() OVER ({over}) > 1", False
+        return difference, None, True
+    if name == "csum":
+        if len(expr.args) != 1:
+            raise _error("csum() takes one column", expr)
+        running = f"CAST(sum({value}) OVER ({over} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {cast})"
+        return running, f"{value} IS NOT NULL", False
+    # mavg(expr, k): the non-NULL values form their own partition, so k counts only them
+    if len(expr.args) != 2 or not (isinstance(expr.args[1], ast.Literal) and expr.args[1].kind == "int"):
+        raise _error("mavg() takes a column and a constant number of rows k (1 to 1000)", expr)
+    k = int(expr.args[1].value)  # type: ignore[call-overload]
+    if not 1 <= k <= 1000:
+        raise _error("mavg()'s k is from 1 to 1000", expr.args[1])
+    frame = over.replace("PARTITION BY ", f"PARTITION BY ({value} IS NULL), ", 1)
+    frame += f" ROWS BETWEEN {k - 1} PRECEDING AND CURRENT ROW"
+    average = f"CAST(avg({value}) OVER ({frame}) AS DOUBLE)"
+    return average, f"{value} IS NOT NULL AND count({value}) OVER ({frame}) >= {k}", False
 
 
 def _filled(
@@ -646,6 +761,8 @@ class _Renderer:
             return self._aggregate(expr)
         if name in TIME_FUNCTIONS:
             return self._time_function(expr)
+        if name in SERIES_FUNCTIONS:  # handled by _series_query when it is a whole select item
+            raise _error(f"{name}() must be a select item of its own, not part of an expression", expr)
         if name in SCALARS:
             return self._scalar(expr, SCALARS[name])
         raise _error(f"function {name}() is not supported yet; supported: {', '.join(SUPPORTED_FUNCTIONS)}", expr)
