@@ -376,9 +376,8 @@ def _series_query(
     keys = "".join(f", {p} AS __p{i}" for i, p in enumerate(partition))
     # a kept row's conditions use the row and window functions: evaluated in the inner query
     flags = "".join(f", ({condition}) AS __k{i}" for i, condition in enumerate(keep))
-    inner = (
-        f"SELECT {select_list}{keys}{flags}, {scope.pk} AS __ts FROM {_data_relation(scope)}"
-        + (f" WHERE {where}" if where else "")
+    inner = f"SELECT {select_list}{keys}{flags}, {scope.pk} AS __ts FROM {_data_relation(scope)}" + (
+        f" WHERE {where}" if where else ""
     )
     conditions = [f"__k{i}" for i in range(len(keep))]
     if drop_when_all_null:
