@@ -188,3 +188,29 @@ def test_interval_fill_modes(session: Session) -> None:
         session.query("select _wstart, sum(v), avg(f) from a interval(10s) fill(value, 0)")
     with pytest.raises(QueryError, match="FILL with ORDER BY"):
         session.query("select _wstart, sum(v) from a interval(10s) fill(null) order by _wstart desc")
+
+
+def test_selector_companions_and_tags_beside_aggregates(session: Session) -> None:
+    T = 1700000000000
+    session.execute(
+        "create database cd; use cd; create stable st (ts timestamp, v int, w int) tags (g int, loc varchar(10));"
+        "create table a using st tags (1, 'x'); create table b using st tags (2, 'y');"
+        f"insert into a values ({T}, 5, 50) ({T + 1000}, 9, 90) ({T + 2000}, 3, NULL) b values ({T}, 1, 10) ({T + 1000}, 2, NULL)"
+    )
+
+    def rows(sql: str) -> list[tuple[object, ...]]:
+        return [
+            tuple(v.timestamp() * 1000 - T if hasattr(v, "timestamp") else v for v in r)
+            for r in session.query(sql).rows
+        ]
+
+    assert rows("select max(v), ts, w from a") == [(9, 1000, 90)]  # the maximum's row
+    assert rows("select min(v), _rowts from st") == [(1, 0)]
+    assert rows("select last(w), ts from a") == [(90, 1000)]  # the newest non-NULL w
+    assert rows("select last_row(w), ts from a") == [(None, 2000)]  # the newest row, NULL included
+    assert rows("select tbname, loc, last(w), ts from st partition by tbname") == [
+        ("a", "x", 90, 1000),
+        ("b", "y", 10, 0),
+    ]
+    assert rows("select _wstart, _wend, max(v), ts from a interval(2s)") == [(0, 2000, 9, 1000), (2000, 4000, 3, 2000)]
+    assert rows("select tbname, loc, avg(v) from st partition by tbname") == [("a", "x", 17 / 3), ("b", "y", 1.5)]

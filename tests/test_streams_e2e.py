@@ -420,3 +420,13 @@ def test_trows_reads_the_batch_span_while_tbname_and_named_tables_read_everythin
     assert output(session, "select * from o1") == [(T, 1)]
     assert output(session, "select _twstart, `sum(v)` from o2") == [(T, 303)]
     assert output(session, "select * from o3") == [(T, 3)]
+
+
+def test_a_stream_query_selects_the_time_of_its_maximum(session: Session, harness: StreamHarness) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a into out as select _twstart, max(v) peak, ts peak_at from %%trows;"
+        f"insert into a values ({T}, 1) ({T + 3000}, 7) ({T + 6000}, 2) ({T + 10000}, 4)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T, 7, T + 3000)]

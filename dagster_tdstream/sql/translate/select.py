@@ -266,6 +266,8 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         kinds.append(typed.kind)
 
     is_aggregate = bool(group_keys) or render.saw_aggregate
+    if is_aggregate:
+        items = _with_companions(select, items, group_keys, render)
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
     if stream is not None:
         select_list += ", __trig.__tid AS __tid"
@@ -330,6 +332,59 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+_SELECTORS = ("max", "min", "first", "last", "last_row")
+
+
+def _with_companions(
+    select: ast.Select, items: list[tuple[str, str, OutputColumn]], group_keys: list[str], render: _Renderer
+) -> list[tuple[str, str, OutputColumn]]:
+    """TDengine's selector companions: beside a single max/min/first/last/last_row, a plain
+    column takes its value from the row the selector picked (``select max(v), ts from t`` is
+    the time of the maximum). Columns the query groups by are left as they are."""
+    selectors = [i.expr for i in select.items if isinstance(i.expr, ast.Func) and i.expr.name in _SELECTORS]
+    plain = [
+        (index, item)
+        for index, item in enumerate(select.items)
+        if isinstance(item.expr, ast.Column)
+        # pseudo-columns (_wstart, _wend …) are the group's own; _c0/_rowts are row columns
+        and (not item.expr.name.startswith("_") or item.expr.name.lower() in ("_c0", "_rowts"))
+        and items[index][0] not in group_keys
+    ]
+    if not plain or any(isinstance(i.expr, ast.Star) for i in select.items):
+        return items
+    tags = {t.name.lower() for table in render.scope.tables for t in table.tags}
+    if "d.tbname" in group_keys:
+        # a tag is constant within a child table: grouped by tbname it may stand beside aggregates
+        items = [
+            (f"any_value({sql})", alias, column)
+            if isinstance(select.items[i].expr, ast.Column) and select.items[i].expr.name.lower() in tags  # type: ignore[union-attr]
+            else (sql, alias, column)
+            for i, (sql, alias, column) in enumerate(items)
+        ]
+        plain = [(i, item) for i, item in plain if item.expr.name.lower() not in tags]  # type: ignore[union-attr]
+    if not plain or len(selectors) != 1:
+        return items
+    selector = selectors[0]
+    if len(selector.args) != 1 or isinstance(selector.args[0], ast.Star):
+        return items
+    value = render.expr(selector.args[0]).sql
+    pk = render.scope.pk
+    if selector.name in ("max", "min"):
+        pick = f"{selector.name}_by({{column}}, {value})"
+    elif selector.name == "last_row" and pk is not None:
+        pick = f"max_by({{column}}, {pk})"
+    elif pk is not None:  # first/last: the oldest/newest row whose value is not NULL
+        by = "min_by" if selector.name == "first" else "max_by"
+        pick = f"{by}({{column}}, CASE WHEN {value} IS NOT NULL THEN {pk} END)"
+    else:
+        return items
+    chosen = list(items)
+    for index, _ in plain:
+        sql, alias, column = items[index]
+        chosen[index] = (pick.format(column=sql), alias, column)
+    return chosen
 
 
 def _series_query(
