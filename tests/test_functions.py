@@ -181,3 +181,19 @@ def test_time_series_functions(session: Session) -> None:
         session.query("select diff(v, 5) from a")
     with pytest.raises(QueryError, match="cannot be combined with windows"):
         session.query("select _wstart, diff(v) from a interval(1s)")
+
+
+def test_derivative_and_irate(session: Session) -> None:
+    session.execute(
+        "create database d; use d; create table c (ts timestamp, n int);"
+        f"insert into c values ({T}, 10) ({T + 2000}, 30) ({T + 3000}, NULL) ({T + 4000}, 20) ({T + 8000}, 60)"
+    )
+    rates = [(ts - T, r) for ts, r in output(session, "select ts, derivative(n, 1s, 0) from c")]
+    assert rates == [(2000, 10.0), (4000, -5.0), (8000, 10.0)]  # per second against the previous non-NULL value
+    assert [r for _, r in output(session, "select ts, derivative(n, 1m, 1) from c")] == [600.0, 600.0]
+    ((last_two,),) = output(session, "select irate(n) from c")
+    assert last_two == 10.0  # (60 - 20) / 4 s
+    ((reset,),) = output(session, f"select irate(n) from c where ts <= {T + 4000}")
+    assert reset == 10.0  # 30 → 20 is a counter reset: 20 counts from zero, over 2 s
+    with pytest.raises(QueryError, match="time interval is at least 1s"):
+        session.query("select derivative(n, 10a, 0) from c")

@@ -108,6 +108,7 @@ AGGREGATES: dict[str, str] = {
     "hyperloglog": "approximate number of distinct non-NULL values",
     "mode": "the most frequent non-NULL value (the smallest of equally frequent ones)",
     "elapsed": "elapsed(ts[, unit]): time from the first to the last row, in unit (default: the precision)",
+    "irate": "the rate per second between the last two non-NULL values (after a decrease: the last value)",
 }
 # time functions (translated in select.py: they need the precision and the session time zone)
 TIME_FUNCTIONS: dict[str, str] = {
@@ -125,6 +126,8 @@ SERIES_FUNCTIONS: dict[str, str] = {
     "diff": "diff(expr[, 0|1|2|3]): the value minus the nearest earlier non-NULL value; 0/1 drop the first"
     " row, 1/3 make negative differences NULL, 2/3 drop rows whose differences are all NULL",
     "csum": "the running sum of the non-NULL values (NULL rows have no output)",
+    "derivative": "derivative(expr, interval, 0|1): change per interval against the previous non-NULL value;"
+    " 1 drops negative rates; the first row has no output",
     "mavg": "mavg(expr, k): the mean of the last k non-NULL values (the first k-1 have no output)",
 }
 OTHER = {

@@ -481,6 +481,24 @@ def _series_function(expr: ast.Func, render: _Renderer, over: str) -> tuple[str,
         if option in (0, 1):
             return difference, f"row_number() OVER ({over}) > 1", False
         return difference, None, True
+    if name == "derivative":
+        # (value - previous non-NULL value) per time_interval of the time between them
+        if len(expr.args) != 3 or not isinstance(expr.args[1], ast.DurationLiteral):
+            raise _error("derivative() takes a column, a time interval (at least 1s) and 0 or 1", expr)
+        interval = expr.args[1].duration
+        if interval.nanos < 10**9:
+            raise _error("derivative()'s time interval is at least 1s", expr.args[1])
+        flag = expr.args[2]
+        if not (isinstance(flag, ast.Literal) and flag.value in (0, 1)):
+            raise _error("derivative()'s ignore_negative is 0 or 1", flag)
+        pk = render.scope.pk
+        before = f"{over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
+        previous = f"last({value}, true) OVER ({before})"
+        previous_ts = f"last(CASE WHEN {value} IS NOT NULL THEN {pk} END, true) OVER ({before})"
+        step = interval.in_precision(render.scope.precision)
+        rate = f"CAST({value} - {previous} AS DOUBLE) * {step} / ({pk} - {previous_ts})"
+        keep = f"{value} IS NOT NULL AND {previous} IS NOT NULL" + (f" AND {rate} >= 0" if flag.value == 1 else "")
+        return rate, keep, False
     if name == "csum":
         if len(expr.args) != 1:
             raise _error("csum() takes one column", expr)
@@ -959,6 +977,23 @@ class _Renderer:
         if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
             raise _error(f"{name}() takes one column argument", expr)
         arg = self._plain_arg(expr)
+        if name == "irate":
+            # the rate per second between the last two rows (a counter reset counts from zero)
+            pk = self.scope.pk
+            if pk is None or arg.kind not in NUMERIC:
+                raise _error("irate() needs a numeric column of a table with a timestamp primary key", expr)
+            # the group's non-NULL (time, value) pairs, newest first; the first two are used
+            pair = f"struct({pk} AS t, CAST({arg.sql} AS DOUBLE) AS v)"
+            newest = f"sort_array(collect_list(CASE WHEN {arg.sql} IS NOT NULL THEN {pair} END), false)"
+            ranked = f"slice({newest}, 1, 2)"
+            per_second = 10**9 // PRECISIONS[self.scope.precision]
+            last, before = f"element_at({ranked}, 1)", f"element_at({ranked}, 2)"
+            delta = f"CASE WHEN {last}.v < {before}.v THEN {last}.v ELSE {last}.v - {before}.v END"
+            return _Typed(
+                f"CASE WHEN size({ranked}) < 2 THEN 0.0 ELSE {delta} * {per_second} / ({last}.t - {before}.t) END",
+                "float",
+                True,
+            )
         if name == "hyperloglog":
             return _Typed(f"approx_count_distinct({arg.sql})", "int", True)
         if name == "mode":
