@@ -67,7 +67,7 @@ def test_unsupported_functions_and_arguments_are_rejected_at_create_stream(numbe
     with pytest.raises(QueryError) as unknown:
         numbers.execute(head + "twa(i) from %%trows")
     assert str(unknown.value).startswith("error at line 1, column 78: function twa() is not supported yet; supported:")
-    assert "irate" not in str(unknown.value) and "sqrt" in str(unknown.value)
+    assert "leastsquares" not in str(unknown.value) and "sqrt" in str(unknown.value)
     with pytest.raises(QueryError, match=r"column 83: sqrt\(\) needs a number, got a string value"):  # at `s`
         numbers.execute(head + "sqrt(s) from %%trows")
     with pytest.raises(QueryError, match=r"column 78: log\(\) takes 1 to 2 argument\(s\), got 3"):
@@ -197,3 +197,26 @@ def test_derivative_and_irate(session: Session) -> None:
     assert reset == 10.0  # 30 → 20 is a counter reset: 20 counts from zero, over 2 s
     with pytest.raises(QueryError, match="time interval is at least 1s"):
         session.query("select derivative(n, 10a, 0) from c")
+
+
+def test_multi_row_selectors(session: Session) -> None:
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table z using st tags (2);"
+        f"insert into a values ({T}, 5) ({T + 1000}, 9) ({T + 2000}, NULL) ({T + 3000}, 5) ({T + 4000}, 1) "
+        f"z values ({T}, 7) ({T + 1000}, 8)"
+    )
+
+    def rows(sql: str) -> list[tuple[object, ...]]:
+        return [(r[0] - T, *r[1:]) for r in output(session, sql)]
+
+    assert rows("select ts, top(v, 2) from a") == [(0, 5), (1000, 9)]  # ties: the earlier row, time order
+    assert rows("select ts, bottom(v, 2) from a") == [(0, 5), (4000, 1)]
+    assert rows("select ts, tail(v, 2) from a") == [(3000, 5), (4000, 1)]
+    assert rows("select ts, tail(v, 2, 1) from a") == [(2000, None), (3000, 5)]
+    assert rows("select ts, unique(v) from a") == [(0, 5), (1000, 9), (2000, None), (4000, 1)]
+    assert len(output(session, "select ts, sample(v, 3) from a")) == 3
+    by_table = output(session, "select tbname, top(v, 1) from st partition by tbname")
+    assert by_table == [("a", 9), ("z", 8)]
+    with pytest.raises(QueryError, match=r"top\(\)'s k is a constant from 1 to 100"):
+        session.query("select top(v, 0) from a")

@@ -121,7 +121,8 @@ TIME_FUNCTIONS: dict[str, str] = {
     "to_iso8601": "the timestamp as ISO 8601 text in the session time zone, with its offset",
     "to_unixtimestamp": "a timestamp string (session time zone) as an epoch number in the precision",
 }
-# time-series functions: one output row per input row they keep (translated in select.py)
+# time-series functions and multi-row selectors: one output row per input row they keep
+# (translated in select.py)
 SERIES_FUNCTIONS: dict[str, str] = {
     "diff": "diff(expr[, 0|1|2|3]): the value minus the nearest earlier non-NULL value; 0/1 drop the first"
     " row, 1/3 make negative differences NULL, 2/3 drop rows whose differences are all NULL",
@@ -129,6 +130,11 @@ SERIES_FUNCTIONS: dict[str, str] = {
     "derivative": "derivative(expr, interval, 0|1): change per interval against the previous non-NULL value;"
     " 1 drops negative rates; the first row has no output",
     "mavg": "mavg(expr, k): the mean of the last k non-NULL values (the first k-1 have no output)",
+    "top": "top(expr, k): the rows of the k largest non-NULL values (ties: the earlier row), in time order",
+    "bottom": "bottom(expr, k): the rows of the k smallest non-NULL values, in time order",
+    "tail": "tail(expr, k[, offset]): the last k rows after skipping the newest offset",
+    "unique": "each value's first row",
+    "sample": "sample(expr, k): k rows at random",
 }
 OTHER = {
     "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",

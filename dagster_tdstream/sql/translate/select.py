@@ -390,18 +390,23 @@ def _with_companions(
 def _series_query(
     select: ast.Select, scope: _Scope, render: _Renderer, ctx: TranslationContext
 ) -> tuple[str, list[OutputColumn], _Scope]:
-    """Queries with diff/csum/mavg: one output row per input row that the function keeps, in
-    time order per partition. diff is the row's value minus the nearest earlier non-NULL value
-    (ignore_option 0/1: the first row has no output; 1/3: a negative difference is NULL; 2/3: rows
-    whose differences are all NULL are dropped); csum is the running sum of the non-NULL values
-    (a NULL row has no output); mavg(expr, k) the mean of the last k non-NULL values (the first
-    k-1 have no output)."""
+    """Queries with time-series functions or multi-row selectors: one output row per input
+    row that the function keeps, in time order per partition (what each keeps and computes:
+    ``_series_function``, ``_row_selector``, and ``docs/sql-support.md``)."""
     if ctx.stream is not None:
-        raise _error("diff/csum/mavg are not supported in a stream's query yet", select)
+        raise _error(
+            "time-series functions and multi-row selectors (diff, csum, top, …) are not supported "
+            "in a stream's query yet",
+            select,
+        )
     if select.window is not None or select.group_by or select.having is not None or select.distinct:
-        raise _error("diff/csum/mavg cannot be combined with windows, GROUP BY, HAVING or DISTINCT", select)
+        raise _error(
+            "time-series functions and multi-row selectors (diff, csum, top, …) cannot be combined "
+            "with windows, GROUP BY, HAVING or DISTINCT",
+            select,
+        )
     if scope.pk is None or scope.base is None:
-        raise _error("diff/csum/mavg need a table with a timestamp primary key", select)
+        raise _error("time-series functions and multi-row selectors need a table with a timestamp primary key", select)
     names = {i.expr.name for i in select.items if isinstance(i.expr, ast.Func) and i.expr.name in SERIES_FUNCTIONS}
     if len(names) > 1:
         raise _error(f"{' and '.join(sorted(names))} cannot be mixed in one query", select)
@@ -416,13 +421,15 @@ def _series_query(
         expr = item.expr
         if not (isinstance(expr, ast.Func) and expr.name in SERIES_FUNCTIONS):
             if isinstance(expr, ast.Star):
-                raise _error("* cannot be selected beside diff/csum/mavg; name the columns", expr)
+                raise _error(
+                    "* cannot be selected beside time-series functions and multi-row selectors; name the columns", expr
+                )
             typed = render.expr(expr)
             if typed.aggregate:
-                raise _error("aggregates cannot be selected beside diff/csum/mavg", expr)
+                raise _error("aggregates cannot be selected beside time-series functions and multi-row selectors", expr)
             items.append((typed.sql, alias, OutputColumn(name, typed.kind == "ts")))
             continue
-        sql, condition, all_null = _series_function(expr, render, over)
+        sql, condition, all_null = _series_function(expr, render, over, partition)
         items.append((sql, alias, OutputColumn(name, False)))
         keep += [condition] if condition else []
         drop_when_all_null += [alias] if all_null else []
@@ -439,7 +446,11 @@ def _series_query(
         conditions.append("(" + " OR ".join(f"{a} IS NOT NULL" for a in drop_when_all_null) + ")")
     order = [f"__p{i}" for i in range(len(partition))] + ["__ts"]
     if select.order_by:
-        raise _error("ORDER BY beside diff/csum/mavg is not supported yet (rows come in time order)", select)
+        raise _error(
+            "ORDER BY beside time-series functions and multi-row selectors is not supported yet "
+            "(rows come in time order)",
+            select,
+        )
     sql = f"SELECT {', '.join(alias for _, alias, _ in items)} FROM ({inner}) __series"
     if conditions:
         sql += " WHERE " + " AND ".join(f"({c})" for c in conditions)
@@ -451,15 +462,23 @@ def _series_query(
     return sql, [col for _, _, col in items], scope
 
 
-def _series_function(expr: ast.Func, render: _Renderer, over: str) -> tuple[str, str | None, bool]:
+def _series_function(
+    expr: ast.Func, render: _Renderer, over: str, partition: list[str]
+) -> tuple[str, str | None, bool]:
     """(the value's SQL, the condition for its row to be output, whether an all-NULL row of
-    such values is dropped) for one diff/csum/mavg."""
+    such values is dropped) for one time-series function or multi-row selector. diff is the
+    value minus the nearest earlier non-NULL value (ignore_option 0/1: the first row has no
+    output; 1/3: a negative difference is NULL; 2/3: rows whose differences are all NULL are
+    dropped); csum the running sum of the non-NULL values (a NULL row has no output); mavg(expr,
+    k) the mean of the last k non-NULL values (the first k-1 have no output)."""
     name = expr.name
     if not expr.args:
         raise _error(f"{name}() needs a column", expr)
     arg = render.expr(expr.args[0])
     if arg.aggregate:
         raise _error(f"{name}() cannot contain an aggregate", expr.args[0])
+    if name in ("top", "bottom", "tail", "unique", "sample"):
+        return _row_selector(expr, arg, render, partition)
     value = f"CAST({arg.sql} AS INT)" if arg.kind == "bool" else arg.sql
     allowed = ("int", "float", "ts", "bool") if name == "diff" else NUMERIC
     if arg.kind not in allowed:
@@ -514,6 +533,43 @@ def _series_function(expr: ast.Func, render: _Renderer, over: str) -> tuple[str,
     frame += f" ROWS BETWEEN {k - 1} PRECEDING AND CURRENT ROW"
     average = f"CAST(avg({value}) OVER ({frame}) AS DOUBLE)"
     return average, f"{value} IS NOT NULL AND count({value}) OVER ({frame}) >= {k}", False
+
+
+def _row_selector(expr: ast.Func, arg: _Typed, render: _Renderer, partition: list[str]) -> tuple[str, str, bool]:
+    """top/bottom(expr, k): the k largest/smallest non-NULL values; tail(expr, k[, offset]):
+    the last k rows after skipping the newest ``offset``; unique(expr): each value's first row;
+    sample(expr, k): k rows at random. The rows come out in time order, with their columns."""
+    name, pk = expr.name, render.scope.pk
+    groups = ", ".join(partition) or "NULL"
+
+    def constant(index: int, low: int, high: int, what: str) -> int:
+        node = expr.args[index] if index < len(expr.args) else None
+        if not (isinstance(node, ast.Literal) and node.kind == "int" and low <= int(node.value) <= high):  # type: ignore[call-overload]
+            raise _error(f"{name}()'s {what} is a constant from {low} to {high}", node or expr)
+        return int(node.value)  # type: ignore[call-overload]
+
+    if name == "unique":
+        if len(expr.args) != 1:
+            raise _error("unique() takes one column", expr)
+        return arg.sql, f"row_number() OVER (PARTITION BY {groups}, {arg.sql} ORDER BY {pk}) = 1", False
+    if name == "tail":
+        if len(expr.args) not in (2, 3):
+            raise _error("tail() takes a column, k (1 to 100) and an optional offset (0 to 100)", expr)
+        k = constant(1, 1, 100, "k")
+        offset = constant(2, 0, 100, "offset") if len(expr.args) == 3 else 0
+        rank = f"row_number() OVER (PARTITION BY {groups} ORDER BY {pk} DESC)"
+        return arg.sql, f"{rank} > {offset} AND {rank} <= {offset + k}", False
+    if len(expr.args) != 2:
+        raise _error(f"{name}() takes a column and k", expr)
+    if name == "sample":
+        k = constant(1, 1, 1000, "k")
+        return arg.sql, f"row_number() OVER (PARTITION BY {groups} ORDER BY rand()) <= {k}", False
+    if arg.kind not in NUMERIC:
+        raise _error(f"{name}() needs a numeric column, got a {arg.kind} value", expr.args[0])
+    k = constant(1, 1, 100, "k")
+    direction = "DESC" if name == "top" else "ASC"
+    rank = f"row_number() OVER (PARTITION BY {groups} ORDER BY {arg.sql} {direction} NULLS LAST, {pk})"
+    return arg.sql, f"{arg.sql} IS NOT NULL AND {rank} <= {k}", False
 
 
 def _filled(
