@@ -220,3 +220,23 @@ def test_multi_row_selectors(session: Session) -> None:
     assert by_table == [("a", 9), ("z", 8)]
     with pytest.raises(QueryError, match=r"top\(\)'s k is a constant from 1 to 100"):
         session.query("select top(v, 0) from a")
+
+
+def test_to_char_and_to_timestamp_with_tdengine_formats(warehouse: object, spark: object) -> None:
+    from dagster_tdstream.compute.spark import LazySpark
+
+    session = Session(warehouse, timezone="Asia/Shanghai", spark=LazySpark(session=spark))  # type: ignore[arg-type]
+    session.execute("create database d; use d; create table t (ts timestamp, s varchar(30))")
+    session.execute(f"insert into t values ({T + 7}, '2023-11-15 06:13:20.007')")
+    ((numeric, named, upper, quoted, parsed),) = output(
+        session,
+        "select to_char(ts, 'yyyy-mm-dd hh24:mi:ss.ms'), to_char(ts, 'Month DD, YYYY (Dy) hh12 am'), "
+        "to_char(ts, 'MON DAY'), to_char(ts, '\"day\" ddd'), to_timestamp(s, 'yyyy-mm-dd hh24:mi:ss.ms') from t",
+    )
+    assert numeric == "2023-11-15 06:13:20.007"
+    assert named == "November 15, 2023 (Wed) 06 am"
+    assert upper == "NOV WEDNESDAY"
+    assert quoted == "day 319"
+    assert parsed == T + 7
+    with pytest.raises(QueryError, match="constant format string"):
+        session.query("select to_char(ts, s) from t")

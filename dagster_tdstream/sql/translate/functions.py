@@ -120,6 +120,9 @@ TIME_FUNCTIONS: dict[str, str] = {
     "timezone": "the session time zone, e.g. Asia/Shanghai (CST, +0800)",
     "to_iso8601": "the timestamp as ISO 8601 text in the session time zone, with its offset",
     "to_unixtimestamp": "a timestamp string (session time zone) as an epoch number in the precision",
+    "to_char": "to_char(ts, 'yyyy-mm-dd hh24:mi:ss.ms'): TDengine format tokens (yyyy yy month mon mm dd ddd"
+    ' day dy hh24 hh12 hh mi ss ms us am pm; "quoted" text) in the session time zone',
+    "to_timestamp": "to_timestamp(text, format): text read with the same tokens, in the session time zone",
 }
 # time-series functions and multi-row selectors: one output row per input row they keep
 # (translated in select.py)

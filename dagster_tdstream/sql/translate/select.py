@@ -931,7 +931,8 @@ class _Renderer:
     def _time_function(self, expr: ast.Func) -> _Typed:
         name, args = expr.name, expr.args
         arities = {"timediff": (2, 3), "timetruncate": (2, 3), "to_iso8601": (1, 1), "to_unixtimestamp": (1, 1),
-                   "timezone": (0, 0), "weekday": (1, 1), "dayofweek": (1, 1), "weekofyear": (1, 1)}  # fmt: skip
+                   "timezone": (0, 0), "weekday": (1, 1), "dayofweek": (1, 1), "weekofyear": (1, 1),
+                   "to_char": (2, 2), "to_timestamp": (2, 2)}  # fmt: skip
         low, high = arities[name]
         if not low <= len(args) <= high:
             wanted = str(low) if low == high else f"{low} to {high}"
@@ -949,7 +950,26 @@ class _Renderer:
             micros = f"unix_micros(to_utc_timestamp(to_timestamp({text.sql}), '{self.ctx.timezone.key}'))"
             scaled = {"ms": f"{micros} DIV 1000", "us": micros, "ns": f"{micros} * 1000"}[self.scope.precision]
             return _Typed(scaled, "int", text.aggregate)
+        if name == "to_timestamp":
+            text = self.expr(args[0])
+            if text.kind != "string":
+                raise _error(f"to_timestamp() needs a string, got a {text.kind} value", args[0])
+            pattern = "".join(piece if literal else spark for piece, spark, literal, _ in self._format(expr, 1))
+            local = f"to_timestamp({text.sql}, '{pattern}')"
+            micros = f"unix_micros(to_utc_timestamp({local}, '{self.ctx.timezone.key}'))"
+            scaled = {"ms": f"{micros} DIV 1000", "us": micros, "ns": f"{micros} * 1000"}[self.scope.precision]
+            return _Typed(scaled, "ts", text.aggregate)
         ts = self._ts_arg(expr, 0)
+        if name == "to_char":
+            local = self._local(ts.sql)
+            pieces = []
+            for piece, spark, literal, case in self._format(expr, 1):
+                if literal:
+                    pieces.append(quote_string(piece))
+                    continue
+                formatted = f"date_format({local}, '{spark}')"
+                pieces.append(f"{case}({formatted})" if case else formatted)  # case: upper | lower
+            return _Typed(f"concat({', '.join(pieces)})", "string", ts.aggregate)
         if name == "timediff":
             other = self._ts_arg(expr, 1)
             unit = self._unit(expr, 2) if len(args) == 3 else 1
@@ -974,6 +994,33 @@ class _Renderer:
         mins = f"lpad(CAST(abs({minutes}) % 60 AS STRING), 2, '0')"
         text = f"concat(date_format({local}, \"yyyy-MM-dd'T'HH:mm:ss{fraction}\"), {sign}, {hours}, ':', {mins})"
         return _Typed(text, "string", ts.aggregate)
+
+    def _format(self, expr: ast.Func, index: int) -> list[tuple[str, str, bool, str]]:
+        """A TDengine format string (``yyyy-mm-dd hh24:mi:ss.ms``) as pieces: (text, Spark
+        pattern, is literal text, case of month/day names: upper, lower or as Spark writes
+        them). Quoted text ("…") and characters that are no token stay literal."""
+        node = expr.args[index]
+        if not (isinstance(node, ast.Literal) and node.kind == "string"):
+            raise _error(f"{expr.name}() takes a constant format string such as 'yyyy-mm-dd hh24:mi:ss'", node)
+        text, pieces, i = str(node.value), [], 0
+        while i < len(text):
+            if text[i] == '"':
+                end = text.find('"', i + 1)
+                end = len(text) if end < 0 else end
+                pieces.append((text[i + 1 : end], "", True, ""))
+                i = end + 1
+                continue
+            for token, spark in _FORMAT_TOKENS:
+                written = text[i : i + len(token)]
+                if written.upper() == token:
+                    case = "upper" if written.isupper() else "lower" if written.islower() else ""
+                    pieces.append((written, spark, False, case if token in _NAMED_TOKENS else ""))
+                    i += len(token)
+                    break
+            else:
+                pieces.append((text[i], "", True, ""))
+                i += 1
+        return pieces
 
     def _micros(self, ts_sql: str) -> str:
         return {"ms": f"({ts_sql} * 1000)", "us": ts_sql, "ns": f"({ts_sql} DIV 1000)"}[self.scope.precision]
@@ -1175,3 +1222,13 @@ def _zone_label(zone: ZoneInfo, now: int, per_second: int) -> str:
 
     moment = datetime.fromtimestamp(now / per_second, zone)
     return f"{zone.key} ({moment.tzname()}, {moment.strftime('%z')})"
+
+
+# TDengine's TO_CHAR/TO_TIMESTAMP format tokens → Spark datetime patterns, longest first
+_FORMAT_TOKENS: tuple[tuple[str, str], ...] = (
+    ("MONTH", "MMMM"), ("YYYY", "yyyy"), ("HH24", "HH"), ("HH12", "hh"), ("DAY", "EEEE"), ("MON", "MMM"),
+    ("DDD", "DDD"), ("A.M.", "a"), ("P.M.", "a"), ("YY", "yy"), ("MM", "MM"), ("DD", "dd"), ("DY", "EEE"),
+    ("HH", "hh"), ("MI", "mm"), ("SS", "ss"), ("MS", "SSS"), ("US", "SSSSSS"), ("AM", "a"), ("PM", "a"),
+)  # fmt: skip
+# name tokens whose case in the format is the case of the name (MONTH → NOVEMBER, Month → November)
+_NAMED_TOKENS = frozenset(["MONTH", "MON", "DAY", "DY", "AM", "PM", "A.M.", "P.M."])
