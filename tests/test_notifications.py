@@ -58,7 +58,17 @@ class Receiver:
         assert self._thread is not None
         self._thread.join(timeout=10)
 
+    def settle(self) -> None:
+        """Wait (at most 5 s) until the handler threads have taken every message: delivery
+        ends with the close handshake, which the server's reader answers before its handler
+        thread has necessarily appended the messages it read."""
+        deadline, seen = time.monotonic() + 5, -1
+        while seen != len(self.messages) and time.monotonic() < deadline:
+            seen = len(self.messages)
+            time.sleep(0.15)
+
     def events(self, stream: str | None = None) -> list[dict[str, Any]]:
+        self.settle()
         return [
             event
             for message in self.messages
@@ -150,6 +160,7 @@ def test_interval_open_and_close_events_as_documented(
         f"insert into a values ({T}, 1, 0) ({T + 5000}, 2, 0) ({T + 10000}, 3, 0)"
     )
     assert harness.run_until_idle().failures == []
+    receiver.settle()
     (message,) = receiver.messages
     assert (
         set(message) == {"messageId", "timestamp", "streams"} and abs(message["timestamp"] - time.time() * 1000) < 60000
@@ -489,6 +500,9 @@ def test_wss_verifies_certificates(tmp_path: Path) -> None:
         refused = deliver(warehouse, DeliverySettings(backoff_ms=0, timeout_seconds=5))
         assert refused.sent == 0 and "CERTIFICATE_VERIFY_FAILED" in refused.errors[0]
         trusted = deliver(warehouse, DeliverySettings(backoff_ms=0, timeout_seconds=5, ca_file=str(cert)))
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:  # the handler thread may lag the handshake
+            time.sleep(0.05)
         assert trusted.sent == 1 and len(got) == 1
     finally:
         server.shutdown()
