@@ -948,8 +948,7 @@ class _Renderer:
             if text.kind != "string":
                 raise _error(f"to_unixtimestamp() needs a timestamp string, got a {text.kind} value", node)
             micros = f"unix_micros(to_utc_timestamp(to_timestamp({text.sql}), '{self.ctx.timezone.key}'))"
-            scaled = {"ms": f"{micros} DIV 1000", "us": micros, "ns": f"{micros} * 1000"}[self.scope.precision]
-            return _Typed(scaled, "int", text.aggregate)
+            return _Typed(self._from_micros(micros), "int", text.aggregate)
         if name == "to_timestamp":
             text = self.expr(args[0])
             if text.kind != "string":
@@ -957,8 +956,7 @@ class _Renderer:
             pattern = "".join(piece if literal else spark for piece, spark, literal, _ in self._format(expr, 1))
             local = f"to_timestamp({text.sql}, '{pattern}')"
             micros = f"unix_micros(to_utc_timestamp({local}, '{self.ctx.timezone.key}'))"
-            scaled = {"ms": f"{micros} DIV 1000", "us": micros, "ns": f"{micros} * 1000"}[self.scope.precision]
-            return _Typed(scaled, "ts", text.aggregate)
+            return _Typed(self._from_micros(micros), "ts", text.aggregate)
         ts = self._ts_arg(expr, 0)
         if name == "to_char":
             local = self._local(ts.sql)
@@ -1022,6 +1020,10 @@ class _Renderer:
                 i += 1
         return pieces
 
+    def _from_micros(self, micros_sql: str) -> str:
+        """Microseconds since the epoch (Spark's unit) as a timestamp value in the precision."""
+        return {"ms": f"{micros_sql} DIV 1000", "us": micros_sql, "ns": f"{micros_sql} * 1000"}[self.scope.precision]
+
     def _micros(self, ts_sql: str) -> str:
         return {"ms": f"({ts_sql} * 1000)", "us": ts_sql, "ns": f"({ts_sql} DIV 1000)"}[self.scope.precision]
 
@@ -1052,8 +1054,7 @@ class _Renderer:
         if days != 1:
             raise _error("timetruncate() to several days is not supported yet; use 1d", expr.args[1])
         midnight = f"unix_micros(to_utc_timestamp(date_trunc('DAY', {self._local(ts.sql)}), '{zone}'))"
-        scaled = {"ms": f"{midnight} DIV 1000", "us": midnight, "ns": f"{midnight} * 1000"}[self.scope.precision]
-        return _Typed(scaled, "ts", ts.aggregate)
+        return _Typed(self._from_micros(midnight), "ts", ts.aggregate)
 
     def _utc_offset(self, value: int) -> int:
         from datetime import datetime
