@@ -214,3 +214,32 @@ def test_selector_companions_and_tags_beside_aggregates(session: Session) -> Non
     ]
     assert rows("select _wstart, _wend, max(v), ts from a interval(2s)") == [(0, 2000, 9, 1000), (2000, 4000, 3, 2000)]
     assert rows("select tbname, loc, avg(v) from st partition by tbname") == [("a", "x", 17 / 3), ("b", "y", 1.5)]
+
+
+def test_slimit_soffset_and_partition_by_without_aggregates(session: Session) -> None:
+    T = 1700000000000
+    session.execute(
+        "create database sl; use sl; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2); create table c using st tags (3);"
+        f"insert into a values ({T}, 1) ({T + 10000}, 2) b values ({T}, 10) c values ({T}, 100) ({T + 10000}, 200)"
+    )
+    assert session.query("select tbname, count(*) from st partition by tbname slimit 2").rows == [("a", 2), ("b", 1)]
+    assert session.query("select tbname, count(*) from st partition by tbname slimit 1 soffset 1").rows == [("b", 1)]
+    windows = session.query(
+        "select _wstart, tbname, sum(v) from st partition by tbname interval(10s) slimit 2 soffset 1"
+    )
+    assert [(r[1], r[2]) for r in windows.rows] == [("b", 10), ("c", 100), ("c", 200)]
+    # PARTITION BY without aggregates: the rows, ordered by group then time
+    assert session.query("select tbname, v from st partition by tbname").rows == [
+        ("a", 1),
+        ("a", 2),
+        ("b", 10),
+        ("c", 100),
+        ("c", 200),
+    ]
+    assert session.query("select tbname, v from st partition by tbname slimit 1 soffset 2").rows == [
+        ("c", 100),
+        ("c", 200),
+    ]
+    with pytest.raises(QueryError, match="SLIMIT/SOFFSET limit the groups"):
+        session.query("select v from st slimit 1")

@@ -224,8 +224,10 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     stream = ctx.stream
     if select.window is not None and not isinstance(select.window, ast.IntervalWindow):
         raise _error(f"{type(select.window).__name__} in queries is not supported yet; INTERVAL(...) is", select)
-    if select.slimit is not None or select.soffset is not None:
-        raise _error("SLIMIT/SOFFSET are not supported yet", select)
+    if (select.slimit is not None or select.soffset is not None) and stream is not None:
+        raise _error("SLIMIT/SOFFSET are not supported in a stream's query", select)
+    if (select.slimit is not None or select.soffset is not None) and not (select.partition_by or select.group_by):
+        raise _error("SLIMIT/SOFFSET limit the groups of PARTITION BY or GROUP BY; this query has none", select)
     render = _Renderer(scope, ctx)
     window = select.window
     if window is not None:
@@ -265,7 +267,8 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts")))
         kinds.append(typed.kind)
 
-    is_aggregate = bool(group_keys) or render.saw_aggregate
+    # PARTITION BY alone does not aggregate: without aggregates or a window it only orders rows
+    is_aggregate = bool(select.group_by) or window is not None or render.saw_aggregate
     if is_aggregate:
         items = _with_companions(select, items, group_keys, render)
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
@@ -325,6 +328,9 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         return sql, [col for _, _, col in items], scope
     if stream is not None and "__trig.__tid" not in order:
         order.insert(0, "__trig.__tid")
+    if select.slimit is not None or select.soffset is not None:
+        keys = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
+        return _group_slice(select, parts, items, order, keys), [col for _, _, col in items], scope
     if order:
         parts.append("ORDER BY " + ", ".join(order))
     if select.limit is not None:
@@ -332,6 +338,34 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+def _group_slice(
+    select: ast.Select, parts: list[str], items: list[tuple[str, str, OutputColumn]], order: list[str], keys: list[str]
+) -> str:
+    """SLIMIT n [SOFFSET m]: only the groups m+1 … m+n (of PARTITION BY / GROUP BY, ranked by
+    their key values), their rows in the query's order; LIMIT/OFFSET then apply to those rows."""
+    aliases = {alias for _, alias, _ in items}
+    hidden, outer_order = [], []
+    for j, entry in enumerate(order):
+        head, _, direction = entry.partition(" ")
+        if head in aliases:
+            outer_order.append(entry)
+        else:  # an expression of the inner query: carried out as a hidden column
+            hidden.append(f"{head} AS __o{j}")
+            outer_order.append(f"__o{j} {direction}".strip())
+    rank = f"dense_rank() OVER (ORDER BY {', '.join(f'{k} ASC NULLS FIRST' for k in keys)}) AS __grp"
+    inner = parts[0].replace(" FROM ", f", {', '.join([*hidden, rank])} FROM ", 1) + " " + " ".join(parts[1:])
+    first = (select.soffset or 0) + 1
+    bound = f"__grp >= {first}" + (f" AND __grp < {first + select.slimit}" if select.slimit is not None else "")
+    sql = f"SELECT {', '.join(alias for _, alias, _ in items)} FROM ({inner}) __groups WHERE {bound}"
+    if outer_order:
+        sql += " ORDER BY " + ", ".join(outer_order)
+    if select.limit is not None:
+        sql += f" LIMIT {select.limit}"
+    if select.offset is not None:
+        sql += f" OFFSET {select.offset}"
+    return sql
 
 
 _SELECTORS = ("max", "min", "first", "last", "last_row")
