@@ -240,3 +240,11 @@ def test_to_char_and_to_timestamp_with_tdengine_formats(warehouse: object, spark
     assert parsed == T + 7
     with pytest.raises(QueryError, match="constant format string"):
         session.query("select to_char(ts, s) from t")
+
+
+def test_leastsquares(session: Session) -> None:
+    session.execute("create database d; use d; create table p (ts timestamp, y int)")
+    session.execute(f"insert into p values ({T}, 3) ({T + 1000}, 5) ({T + 2000}, NULL) ({T + 3000}, 7) ({T + 4000}, 9)")
+    # y against x = 1, 2, 3, 4 (the NULL row is skipped): y = 2x + 1
+    assert output(session, "select leastsquares(y, 1, 1) from p") == [("{slop:2.000000, intercept:1.000000}",)]
+    assert output(session, f"select leastsquares(y, 1, 1) from p where ts = {T}") == [(None,)]  # one point: no line

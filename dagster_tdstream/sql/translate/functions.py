@@ -108,6 +108,8 @@ AGGREGATES: dict[str, str] = {
     "hyperloglog": "approximate number of distinct non-NULL values",
     "mode": "the most frequent non-NULL value (the smallest of equally frequent ones)",
     "elapsed": "elapsed(ts[, unit]): time from the first to the last row, in unit (default: the precision)",
+    "leastsquares": "leastsquares(expr, start, step): the fitted line over x = start + step·i, as"
+    " '{slop:a, intercept:b}'",
     "irate": "the rate per second between the last two non-NULL values (after a decrease: the last value)",
 }
 # time functions (translated in select.py: they need the precision and the session time zone)

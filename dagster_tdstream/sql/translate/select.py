@@ -1110,6 +1110,8 @@ class _Renderer:
             return _Typed(f"count({'DISTINCT ' if expr.distinct else ''}{arg.sql})", "int", True)
         if name in ("percentile", "apercentile"):
             return self._percentile(expr)
+        if name == "leastsquares":
+            return self._leastsquares(expr)
         if name == "elapsed":
             return self._elapsed(expr)
         if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
@@ -1190,6 +1192,31 @@ class _Renderer:
         if name == "percentile":
             return _Typed(f"percentile({arg.sql}, {fraction})", "float", True)
         return _Typed(f"CAST(percentile_approx({arg.sql}, {fraction}) AS DOUBLE)", "float", True)
+
+    def _leastsquares(self, expr: ast.Func) -> _Typed:
+        """leastsquares(expr, start, step): the line fitting the non-NULL values in time order
+        against x = start, start + step, …, as TDengine prints it: ``{slop:a, intercept:b}``."""
+        if len(expr.args) != 3:
+            raise _error("leastsquares() takes a column, a start value and a step", expr)
+        arg = self._plain_arg(expr)
+        if arg.kind not in NUMERIC or self.scope.pk is None:
+            raise _error("leastsquares() needs a numeric column of a table with a timestamp primary key", expr)
+        start, step = (self.expr(a) for a in expr.args[1:])
+        if not (start.kind in NUMERIC and step.kind in NUMERIC) or start.aggregate or step.aggregate:
+            raise _error("leastsquares()'s start and step are numbers", expr.args[1])
+        pair = f"struct({self.scope.pk} AS t, CAST({arg.sql} AS DOUBLE) AS v)"
+        points = f"sort_array(collect_list(CASE WHEN {arg.sql} IS NOT NULL THEN {pair} END))"
+        xs = f"transform({points}, (p, i) -> CAST({start.sql} AS DOUBLE) + CAST({step.sql} AS DOUBLE) * i)"
+        n = f"size({points})"
+        sx = f"aggregate({xs}, 0D, (a, x) -> a + x)"
+        sy = f"aggregate({points}, 0D, (a, p) -> a + p.v)"
+        sxy = f"aggregate(zip_with({points}, {xs}, (p, x) -> p.v * x), 0D, (a, z) -> a + z)"
+        sxx = f"aggregate({xs}, 0D, (a, x) -> a + x * x)"
+        slope = f"(({n} * {sxy} - {sx} * {sy}) / ({n} * {sxx} - {sx} * {sx}))"
+        intercept = f"(({sy} - {slope} * {sx}) / {n})"
+        text = f"format_string('{{slop:%f, intercept:%f}}', {slope}, {intercept})"
+        self.saw_aggregate = True
+        return _Typed(f"CASE WHEN {n} < 2 THEN NULL ELSE {text} END", "string", True)
 
     def _elapsed(self, expr: ast.Func) -> _Typed:
         """elapsed(ts[, unit]): the time between the first and the last row, in ``unit``
