@@ -576,12 +576,16 @@ class Session:
         end = evaluate(stmt.end, ctx, timestamp=True) if stmt.end is not None else None
         if end is not None and end <= start:  # type: ignore[operator]
             raise StreamValidationError("RECALCULATE range is empty: TO must be after FROM")
-        progress = stream_progress(self.warehouse, resolve_stream(self.warehouse, info))
+        counted = isinstance(stream.trigger, ast.CountTrigger)
+        # read only when needed: the default TO, and COUNT_WINDOW's bound
+        progress = (
+            stream_progress(self.warehouse, resolve_stream(self.warehouse, info)) if end is None or counted else None
+        )
         if end is None:  # up to the stream's progress: the windows it has computed so far
             if progress is None:
                 raise StreamValidationError(f"stream {info.key} has computed nothing yet: give RECALCULATE … TO")
             end = progress + 1
-        elif isinstance(stream.trigger, ast.CountTrigger) and (progress is None or end > progress + 1):  # type: ignore[operator]
+        elif counted and (progress is None or end > progress + 1):  # type: ignore[operator]
             # the spec: a COUNT_WINDOW recalculation covering a range the stream has not computed
             # yet is ignored as a whole (its windows would be cut differently from the live ones)
             return Result(

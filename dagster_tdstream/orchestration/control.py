@@ -154,27 +154,27 @@ class DagsterStreamControl:
 
         return DagsterInstance.from_config(self.link.home)
 
-    def _forget_switches(self, stream_key: str) -> None:
+    def _stored_switches(self, stream_key: str) -> list[Any]:
+        """The instance's stored states of the stream's sensor or schedule (none without one)."""
         instance = self.instance
         if instance is None:
-            return
+            return []
         names = {sensor_name(stream_key), schedule_name(stream_key)}
-        for state in instance.all_instigator_state():
-            if state.instigator_name in names:
-                instance.delete_instigator_state(state.instigator_origin_id, state.selector_id)
+        return [state for state in instance.all_instigator_state() if state.instigator_name in names]
+
+    def _forget_switches(self, stream_key: str) -> None:
+        for state in self._stored_switches(stream_key):
+            assert self.instance is not None
+            self.instance.delete_instigator_state(state.instigator_origin_id, state.selector_id)
 
     def _switch_in_instance(self, stream_key: str, running: bool) -> str | None:
-        instance = self.instance
-        if instance is None:
-            return None
         from dagster._core.scheduler.instigation import InstigatorStatus
 
-        names = {sensor_name(stream_key), schedule_name(stream_key)}
-        for state in instance.all_instigator_state():
-            if state.instigator_name in names:
-                status = InstigatorStatus.RUNNING if running else InstigatorStatus.STOPPED
-                instance.update_instigator_state(state.with_status(status))
-                return state.instigator_name
+        for state in self._stored_switches(stream_key):
+            assert self.instance is not None
+            status = InstigatorStatus.RUNNING if running else InstigatorStatus.STOPPED
+            self.instance.update_instigator_state(state.with_status(status))
+            return state.instigator_name
         return None
 
     # ------------------------------------------------------------------ the webserver

@@ -48,13 +48,13 @@ class TDStreamNotifier(ConfigurableResource):
 
     def settings(self) -> DeliverySettings:
         return DeliverySettings(
-            self.message_bytes,
-            self.timeout_seconds,
-            self.max_attempts,
-            self.ca_file,
-            self.verify_tls,
-            int(self.backoff_seconds * 1000),
-            self.frame_bytes,
+            message_bytes=self.message_bytes,
+            timeout_seconds=self.timeout_seconds,
+            max_attempts=self.max_attempts,
+            ca_file=self.ca_file,
+            verify_tls=self.verify_tls,
+            backoff_ms=int(self.backoff_seconds * 1000),
+            frame_bytes=self.frame_bytes,
         )
 
     def deliver(self, warehouse: Warehouse, streams: list[str] | None = None) -> DeliveryReport:

@@ -958,9 +958,7 @@ class _Renderer:
     def _local(self, ts_sql: str) -> str:
         """A timestamp value (epoch in the precision) as a Spark TIMESTAMP in the session time
         zone's wall-clock time (Spark's own session zone is UTC)."""
-        per_micro = {"ms": None, "us": 1, "ns": 1000}[self.scope.precision]
-        spark_ts = f"timestamp_millis({ts_sql})" if per_micro is None else f"timestamp_micros({ts_sql} DIV {per_micro})"
-        return f"from_utc_timestamp({spark_ts}, '{self.ctx.timezone.key}')"
+        return f"from_utc_timestamp(timestamp_micros({self._micros(ts_sql)}), '{self.ctx.timezone.key}')"
 
     def _time_function(self, expr: ast.Func) -> _Typed:
         name, args = expr.name, expr.args
@@ -1119,13 +1117,9 @@ class _Renderer:
         arg = self._plain_arg(expr)
         if name == "irate":
             # the rate per second between the last two rows (a counter reset counts from zero)
-            pk = self.scope.pk
-            if pk is None or arg.kind not in NUMERIC:
+            if self.scope.pk is None or arg.kind not in NUMERIC:
                 raise _error("irate() needs a numeric column of a table with a timestamp primary key", expr)
-            # the group's non-NULL (time, value) pairs, newest first; the first two are used
-            pair = f"struct({pk} AS t, CAST({arg.sql} AS DOUBLE) AS v)"
-            newest = f"sort_array(collect_list(CASE WHEN {arg.sql} IS NOT NULL THEN {pair} END), false)"
-            ranked = f"slice({newest}, 1, 2)"
+            ranked = f"slice({self._points(arg.sql, newest_first=True)}, 1, 2)"  # the last two
             per_second = 10**9 // PRECISIONS[self.scope.precision]
             last, before = f"element_at({ranked}, 1)", f"element_at({ranked}, 2)"
             delta = f"CASE WHEN {last}.v < {before}.v THEN {last}.v ELSE {last}.v - {before}.v END"
@@ -1193,6 +1187,13 @@ class _Renderer:
             return _Typed(f"percentile({arg.sql}, {fraction})", "float", True)
         return _Typed(f"CAST(percentile_approx({arg.sql}, {fraction}) AS DOUBLE)", "float", True)
 
+    def _points(self, value_sql: str, *, newest_first: bool) -> str:
+        """The group's non-NULL values as (t, v) structs sorted by time: an aggregate over
+        the whole group, for functions that need the values in order (irate, leastsquares)."""
+        pair = f"struct({self.scope.pk} AS t, CAST({value_sql} AS DOUBLE) AS v)"
+        collected = f"collect_list(CASE WHEN {value_sql} IS NOT NULL THEN {pair} END)"
+        return f"sort_array({collected}, {'false' if newest_first else 'true'})"
+
     def _leastsquares(self, expr: ast.Func) -> _Typed:
         """leastsquares(expr, start, step): the line fitting the non-NULL values in time order
         against x = start, start + step, …, as TDengine prints it: ``{slop:a, intercept:b}``."""
@@ -1204,8 +1205,7 @@ class _Renderer:
         start, step = (self.expr(a) for a in expr.args[1:])
         if not (start.kind in NUMERIC and step.kind in NUMERIC) or start.aggregate or step.aggregate:
             raise _error("leastsquares()'s start and step are numbers", expr.args[1])
-        pair = f"struct({self.scope.pk} AS t, CAST({arg.sql} AS DOUBLE) AS v)"
-        points = f"sort_array(collect_list(CASE WHEN {arg.sql} IS NOT NULL THEN {pair} END))"
+        points = self._points(arg.sql, newest_first=False)
         xs = f"transform({points}, (p, i) -> CAST({start.sql} AS DOUBLE) + CAST({step.sql} AS DOUBLE) * i)"
         n = f"size({points})"
         sx = f"aggregate({xs}, 0D, (a, x) -> a + x)"
