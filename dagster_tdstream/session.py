@@ -453,6 +453,7 @@ class Session:
     # ------------------------------------------------------------------ queries
 
     def _exec_query(self, stmt: ast.Query) -> Result:
+        from .compute.query import run_query
         from .storage.spark_read import SparkViews
 
         if self.control is not None and any(
@@ -465,7 +466,7 @@ class Session:
         try:
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
             translated = translate_select(stmt.select, ctx)
-            arrow = run_spark_sql(spark, translated.sql)
+            arrow = run_query(spark, views, translated)
         finally:
             views.close()
         table = to_result_table(arrow, translated.columns, translated.precision)
@@ -611,15 +612,6 @@ def _keep_source(new: ast.Statement, old: ast.Statement) -> ast.Statement:
     object.__setattr__(new, "pos", old.pos)
     object.__setattr__(new, "text", old.text)
     return new
-
-
-def run_spark_sql(spark: Any, sql: str) -> pa.Table:
-    """Run translated SQL; Spark's analysis errors carry a JVM stack: keep the first line."""
-    try:
-        return spark.sql(sql).toArrow()
-    except Exception as exc:
-        lines = str(exc).strip().splitlines()
-        raise QueryError(f"query failed in Spark: {lines[0] if lines else type(exc).__name__}") from None
 
 
 def to_result_table(arrow: pa.Table, columns: tuple[OutputColumn, ...], precision: str) -> pa.Table:

@@ -43,6 +43,7 @@ from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows
 from .output import Group, group_of, write_results
+from .query import run_query
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,7 @@ def compute_triggers(
         scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
-        from ..session import run_spark_sql
-
-        result = run_spark_sql(spark, translated.sql) if computable else pa.table({})
+        result = run_query(spark, views, translated) if computable else pa.table({})
         source_types = _source_types(views, stream)
     finally:
         views.close()

@@ -955,9 +955,15 @@ class _Parser:
             return ast.EventWindow(start, end, self.true_for())
         if self.accept_word("COUNT_WINDOW"):
             self.expect_op("(")
+            # a query may name the counted columns first: COUNT_WINDOW(v, 3) as COUNT_WINDOW(3, v)
+            leading = []
+            while self.peek().kind is Kind.IDENT:
+                col = self.ident("a column to count")
+                leading.append(ast.Column(col.name, pos=self.pos(col)))
+                self.expect_op(",")
             count, sliding, columns = self.count_arguments()
             self.expect_op(")")
-            return ast.CountWindow(count, sliding, columns)
+            return ast.CountWindow(count, sliding, (*leading, *columns))
         del tok
         return None
 

@@ -127,7 +127,10 @@ class SparkViews:
 
     def register(self, frame: Any, prefix: str) -> str:
         """Register any DataFrame (e.g. the triggers of a run) and return its view name."""
-        view = f"__{prefix}_{next(self._counter)}"
+        return self.register_as(frame, f"__{prefix}_{next(self._counter)}")
+
+    def register_as(self, frame: Any, view: str) -> str:
+        """Register a DataFrame under a name the query translator chose."""
         frame.createOrReplaceTempView(view)
         self._views[view] = SourceTable(view, view, "view", (), (), "ms")
         return view

@@ -19,7 +19,7 @@ from ..sql.walk import walk
 from .conditions import holds
 from .engine import Fired, GroupState, WindowTrigger
 from .period import PeriodTrigger
-from .rows import CountTrigger, EventTrigger, RowChange, RowState, RowWindowTrigger, StateTrigger
+from .rows import CountTrigger, EventTrigger, RowChange, RowState, RowWindowTrigger, SessionTrigger, StateTrigger
 from .sliding import PointState, SlidingPointTrigger
 
 EventTimeTrigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger
@@ -63,3 +63,54 @@ def replay(trigger: EventTimeTrigger | PeriodTrigger, rows: Iterable[RowChange])
     ordered = sorted(rows, key=lambda row: row.ts)
     fired = trigger.advance(state, ordered)  # type: ignore[arg-type]
     return fired, state
+
+
+QueryRowWindow = ast.SessionWindow | ast.StateWindow | ast.EventWindow | ast.CountWindow
+# the values a query computes for its row window, one column each, named for the trigger
+STATE_VALUE = "__state"
+
+
+def start_flag(index: int) -> str:
+    return f"__start{index}"
+
+
+def end_flag(index: int) -> str:
+    return f"__end{index}"
+
+
+def counted_value(index: int) -> str:
+    return f"__counted{index}"
+
+
+def query_window_trigger(window: QueryRowWindow, gap: int | None, true_for: int | None) -> RowWindowTrigger:
+    """A SELECT's SESSION/STATE_WINDOW/EVENT_WINDOW/COUNT_WINDOW as the stream trigger of the
+    same name (``gap`` and ``true_for`` in the table's precision). The query computes what
+    the trigger reads — the state value, each start/end condition, the counted columns — as
+    the columns named above, so conditions are evaluated by Spark with the whole dialect."""
+    if isinstance(window, ast.SessionWindow):
+        assert gap is not None
+        return SessionTrigger(gap=gap, ignore_disorder=True)
+    if isinstance(window, ast.StateWindow):
+        return StateTrigger(true_for=true_for, ignore_disorder=True, column=STATE_VALUE)
+    if isinstance(window, ast.EventWindow):
+        return EventTrigger(
+            true_for=true_for,
+            ignore_disorder=True,
+            starts=tuple(ast.Column(start_flag(i)) for i in range(len(window.start))),
+            ends=tuple(ast.Column(end_flag(i)) for i in range(len(window.end))),
+            condition_columns=(),
+        )
+    return CountTrigger(
+        ignore_disorder=True,
+        size=window.count,
+        slide=window.sliding or window.count,
+        columns=tuple(counted_value(i) for i in range(len(window.columns))),
+    )
+
+
+def query_windows(trigger: RowWindowTrigger, rows: Iterable[RowChange]) -> list[Fired]:
+    """A query's windows over a group's rows: what the stream trigger closes over them, and
+    the window the end of the data closes (``at_end``)."""
+    fired, state = replay(trigger, rows)
+    assert isinstance(state, RowState)
+    return [*fired, *trigger.at_end(state)]

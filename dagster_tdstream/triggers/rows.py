@@ -107,6 +107,14 @@ class RowWindowTrigger:
         if WINDOW_CLOSE in self.events and (self.true_for is None or state.last - state.start >= self.true_for):
             fired.append(Fired(WINDOW_CLOSE, state.start, state.last, state.count, detail))
 
+    def at_end(self, state: RowState) -> list[Fired]:
+        """The window the end of the data closes, for a query (a stream keeps it open): a
+        state or session window ends with the data's last row."""
+        fired: list[Fired] = []
+        if state.open:
+            self.close(state, fired, {})
+        return fired
+
 
 @dataclass(frozen=True)
 class StateTrigger(RowWindowTrigger):
@@ -164,6 +172,11 @@ class EventTrigger(RowWindowTrigger):
         if end is not None:  # the row meeting the end condition closes (and belongs to) the window
             self.close(state, fired, {"conditionIndex": end, "fieldValue": self._fields(change)})
 
+    def at_end(self, state: RowState) -> list[Fired]:
+        """An event window is a window only once its end condition holds (with END WITH), or
+        once a row no longer meets a start condition (without): the data's end closes none."""
+        return []
+
 
 @dataclass(frozen=True)
 class CountTrigger(RowWindowTrigger):
@@ -184,3 +197,16 @@ class CountTrigger(RowWindowTrigger):
         if first >= 0 and first % self.slide == 0 and WINDOW_CLOSE in self.events:
             # a sliding count window is written only when full
             fired.append(Fired(WINDOW_CLOSE, state.recent[0], change.ts, self.size, {}))
+
+    def at_end(self, state: RowState) -> list[Fired]:
+        """The last window of a query may hold fewer than ``size`` counted rows: the first
+        window not yet full, unless a full window already reached the last row."""
+        counted = state.counted
+        first_open = max(0, -((self.size - counted) // self.slide)) * self.slide  # ceil((n - size) / slide) * slide
+        while first_open + self.size <= counted:
+            first_open += self.slide
+        previous_end = first_open - self.slide + self.size - 1
+        if first_open >= counted or (first_open > 0 and previous_end >= counted - 1):
+            return []
+        rows = counted - first_open
+        return [Fired(WINDOW_CLOSE, state.recent[-rows], state.recent[-1], rows, {})]

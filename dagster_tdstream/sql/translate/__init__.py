@@ -1,13 +1,15 @@
 """TDengine query → Spark SQL.
 
 Owns the translation of a parsed SELECT into one Spark SQL statement over views the caller
-registers: pseudo-columns, functions, query windows, output naming and which output
+registers (and the row-window views it describes, ``RowWindowPlan``): pseudo-columns,
+functions, query windows, output naming and which output
 columns are timestamps; in stream mode, a whole batch of triggers at once. Pure: no Spark
 session, no catalog access beyond the resolver the caller passes in.
 """
 
 from .select import (
     OutputColumn,
+    RowWindowPlan,
     SourceTable,
     StreamScope,
     TranslatedQuery,
@@ -17,6 +19,7 @@ from .select import (
 
 __all__ = [
     "OutputColumn",
+    "RowWindowPlan",
     "SourceTable",
     "StreamScope",
     "TranslatedQuery",

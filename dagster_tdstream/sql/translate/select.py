@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from ...errors import QueryError
+from ...triggers.replay import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
 from ...triggers.windows import IntervalSpec
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
@@ -37,11 +38,27 @@ class OutputColumn:
 
 
 @dataclass(frozen=True)
+class RowWindowPlan:
+    """A view the caller registers before running the query: the rows of ``source_sql``
+    (``__ts``, the partition keys, the values the trigger reads) labelled with the row windows
+    of ``window`` — ``compute/query.py`` runs the trigger engine over each partition."""
+
+    view: str
+    source_sql: str
+    partition: tuple[str, ...]
+    window: QueryRowWindow
+    values: tuple[str, ...]  # the columns the window's trigger reads
+    gap: int | None  # SESSION's gap, in the table's precision
+    true_for: int | None
+
+
+@dataclass(frozen=True)
 class TranslatedQuery:
     sql: str
     columns: tuple[OutputColumn, ...]
     precision: str
     tables: tuple[SourceTable, ...]
+    row_windows: tuple[RowWindowPlan, ...] = ()  # registered in this order (inner queries first)
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,7 @@ class TranslationContext:
     timezone: ZoneInfo
     now_ns: int | None = None
     stream: StreamScope | None = None
+    row_windows: list[RowWindowPlan] = field(default_factory=list)
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
@@ -103,8 +121,9 @@ class _Scope:
     trigger_join: list[str] = field(default_factory=list)  # ON conditions tying d to __trig
     trows_label: str | None = None  # SQL labelling base rows with their trigger window
     trows_filter: ast.Expr | None = None
-    window: ast.IntervalWindow | None = None
+    window: ast.QueryWindow | None = None
     window_sql: dict[str, str] = field(default_factory=dict)
+    labelled: bool = False  # base is a row-window view: already the data relation, WHERE applied
 
 
 def _kind_of(dtype: ast.DataType) -> str:
@@ -139,7 +158,7 @@ def _error(message: str, node: ast.Expr | ast.Select | None = None) -> QueryErro
 
 def translate_select(select: ast.Select, ctx: TranslationContext) -> TranslatedQuery:
     sql, columns, scope = _translate(select, ctx)
-    return TranslatedQuery(sql, tuple(columns), scope.precision, scope.tables)
+    return TranslatedQuery(sql, tuple(columns), scope.precision, scope.tables, tuple(ctx.row_windows))
 
 
 def _table_scope(table: SourceTable) -> _Scope:
@@ -211,7 +230,9 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
 def _data_relation(scope: _Scope) -> str:
     """``(SELECT *, 1 AS __m [, labels] FROM base) d``: one derived table whose
     columns every expression references as ``d.<name>``; window labels that explode rows get a
-    layer each (Spark allows one generator per SELECT)."""
+    layer each (Spark allows one generator per SELECT). A row-window view is that table already."""
+    if scope.labelled:
+        return f"{scope.base} d"
     sql = f"SELECT *, 1 AS __m FROM {scope.base}"
     for name, label in (("__tw", scope.trows_label), ("__qw", scope.window_sql.get("label"))):
         if label is not None:
@@ -222,15 +243,17 @@ def _data_relation(scope: _Scope) -> str:
 def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[OutputColumn], _Scope]:
     scope = _source_scope(select, ctx)
     stream = ctx.stream
-    if select.window is not None and not isinstance(select.window, ast.IntervalWindow):
-        raise _error(f"{type(select.window).__name__} in queries is not supported yet; INTERVAL(...) is", select)
     if (select.slimit is not None or select.soffset is not None) and stream is not None:
         raise _error("SLIMIT/SOFFSET are not supported in a stream's query", select)
     if (select.slimit is not None or select.soffset is not None) and not (select.partition_by or select.group_by):
         raise _error("SLIMIT/SOFFSET limit the groups of PARTITION BY or GROUP BY; this query has none", select)
     render = _Renderer(scope, ctx)
     window = select.window
-    if window is not None:
+    if window is not None and any(isinstance(item.expr, ast.Star) for item in select.items):
+        raise _error("a window query selects aggregates, selectors and window pseudo-columns, not *", select)
+    if window is not None and not isinstance(window, ast.IntervalWindow):
+        _row_windows(select, window, scope, render, ctx)
+    elif window is not None:
         if scope.pk is None:
             raise _error("INTERVAL needs a table with a timestamp primary key", select)
         if window.fill is not None and window.fill.mode != "NONE" and stream is not None:
@@ -246,12 +269,15 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     series = [item for item in select.items if isinstance(item.expr, ast.Func) and item.expr.name in SERIES_FUNCTIONS]
     if series:
         return _series_query(select, scope, render, ctx)
-    where_sql = render.condition(select.where) if select.where is not None else None
+    # a row window's view has the WHERE applied: the windows are over the rows it keeps
+    where_sql = render.condition(select.where) if select.where is not None and not scope.labelled else None
     if scope.trows_filter is not None:
         scope.trigger_join.append(render.condition(scope.trows_filter))
     group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
-    if window is not None:
+    if isinstance(window, ast.IntervalWindow):
         group_keys.append("d.__qw")
+    elif window is not None:  # a row window: its number within the partition, and its bounds
+        group_keys += ["d.__qid", "d.__qw", "d.__qwe"]
 
     items: list[tuple[str, str, OutputColumn]] = []  # (sql, internal alias, output column)
     kinds: list[str] = []
@@ -302,7 +328,7 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         parts.append("GROUP BY " + ", ".join(group_keys))
     if select.having is not None:
         parts.append("HAVING " + render.condition(select.having))
-    if window is not None and window.fill is not None and window.fill.mode != "NONE":
+    if isinstance(window, ast.IntervalWindow) and window.fill is not None and window.fill.mode != "NONE":
         partition_sql = [render.expr(e).sql for e in select.partition_by]
         return (
             _filled(select, window, scope, parts, items, kinds, partition_sql, render),
@@ -677,6 +703,66 @@ def _filled(
         f"WITH __agg AS ({inner}) SELECT {', '.join(columns)} FROM ({grid}) g LEFT JOIN __agg a ON {on} "
         f"ORDER BY {ordering}"
     )
+
+
+_ROW_WINDOW_VIEWS = itertools.count()  # view names unique in the process's Spark session
+_ROW_WINDOW_NAMES = {
+    ast.SessionWindow: "SESSION",
+    ast.StateWindow: "STATE_WINDOW",
+    ast.EventWindow: "EVENT_WINDOW",
+    ast.CountWindow: "COUNT_WINDOW",
+}
+
+
+def _row_windows(
+    select: ast.Select, window: QueryRowWindow, scope: _Scope, render: _Renderer, ctx: TranslationContext
+) -> None:
+    """SESSION, STATE_WINDOW, EVENT_WINDOW, COUNT_WINDOW: the query reads a view of its rows
+    labelled with their windows (``RowWindowPlan``), computed as TDengine does over the rows
+    the WHERE keeps, per partition, in time order; ``_wstart``/``_wend`` are a window's first
+    and last row times."""
+    kind = _ROW_WINDOW_NAMES[type(window)]
+    if ctx.stream is not None:
+        raise _error(f"{kind} inside a stream's query is not supported yet; use it as the stream's trigger", select)
+    if scope.pk is None or scope.base is None:
+        raise _error(f"{kind} needs a table with a timestamp primary key", select)
+    values: list[tuple[str, str]] = []  # (column the trigger reads, its SQL)
+    gap = true_for = None
+    if isinstance(window, ast.SessionWindow):
+        if render.expr(window.column).sql != scope.pk:
+            raise _error("SESSION's first argument is the table's primary timestamp column", window.column)
+        if not isinstance(window.gap, ast.DurationLiteral) or window.gap.duration.is_calendar:
+            raise _error("SESSION's gap is a duration such as 10s or 5m", window.gap)
+        gap = render.duration(window.gap.duration, window.gap)
+        if gap <= 0:
+            raise _error(f"SESSION's gap {window.gap.duration} is finer than the database precision", window.gap)
+    elif isinstance(window, ast.StateWindow):
+        state = render.expr(window.expr)
+        if state.kind not in ("int", "bool", "string") or state.aggregate:
+            raise _error(
+                f"STATE_WINDOW needs an integer, boolean or string value, got a {state.kind} value", window.expr
+            )
+        values.append((STATE_VALUE, state.sql))
+    elif isinstance(window, ast.EventWindow):
+        values += [(start_flag(i), render.condition(c)) for i, c in enumerate(window.start)]
+        values += [(end_flag(i), render.condition(c)) for i, c in enumerate(window.end)]
+    else:
+        if window.count < 2 or not 1 <= (window.sliding or window.count) <= window.count:
+            raise _error("COUNT_WINDOW takes a row count of at least 2 and a sliding from 1 to that count", select)
+        values += [(counted_value(i), render.expr(column).sql) for i, column in enumerate(window.columns)]
+    if isinstance(window, ast.StateWindow | ast.EventWindow) and window.true_for is not None:
+        true_for = render.duration(window.true_for, select)
+    keys = [(render.expr(e).sql, f"__p{i}") for i, e in enumerate(select.partition_by)]
+    computed = [f"{scope.pk} AS __ts", *(f"{sql} AS {name}" for sql, name in keys)]
+    computed += [f"{sql} AS {name}" for name, sql in values]
+    source = f"SELECT d.*, {', '.join(computed)} FROM {_data_relation(scope)}"
+    if select.where is not None:
+        source += f" WHERE {render.condition(select.where)}"
+    view = f"__rw_{next(_ROW_WINDOW_VIEWS)}"
+    names = tuple(name for name, _ in values)
+    ctx.row_windows.append(RowWindowPlan(view, source, tuple(k for _, k in keys), window, names, gap, true_for))
+    scope.base, scope.labelled, scope.window = view, True, window
+    scope.window_sql = {"_wstart": "d.__qw", "_wend": "d.__qwe", "_wduration": "(d.__qwe - d.__qw)"}
 
 
 def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, select: ast.Select) -> str:
