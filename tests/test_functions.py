@@ -65,9 +65,11 @@ def test_string_functions(numbers: Session) -> None:
 def test_unsupported_functions_and_arguments_are_rejected_at_create_stream(numbers: Session) -> None:
     head = "create stream s interval(10s) sliding(10s) from t into o as select _twstart, "
     with pytest.raises(QueryError) as unknown:
-        numbers.execute(head + "twa(i) from %%trows")
-    assert str(unknown.value).startswith("error at line 1, column 78: function twa() is not supported yet; supported:")
-    assert "histogram" not in str(unknown.value) and "sqrt" in str(unknown.value)
+        numbers.execute(head + "interp(i) from %%trows")
+    assert str(unknown.value).startswith(
+        "error at line 1, column 78: function interp() is not supported yet; supported:"
+    )
+    assert "twa" in str(unknown.value) and "sqrt" in str(unknown.value)
     with pytest.raises(QueryError, match=r"column 83: sqrt\(\) needs a number, got a string value"):  # at `s`
         numbers.execute(head + "sqrt(s) from %%trows")
     with pytest.raises(QueryError, match=r"column 78: log\(\) takes 1 to 2 argument\(s\), got 3"):
@@ -248,3 +250,54 @@ def test_leastsquares(session: Session) -> None:
     # y against x = 1, 2, 3, 4 (the NULL row is skipped): y = 2x + 1
     assert output(session, "select leastsquares(y, 1, 1) from p") == [("{slop:2.000000, intercept:1.000000}",)]
     assert output(session, f"select leastsquares(y, 1, 1) from p where ts = {T}") == [(None,)]  # one point: no line
+
+
+def test_state_functions_twa_and_histogram(session: Session) -> None:
+    session.execute(
+        "create database d; use d; create table s (ts timestamp, v int);"
+        f"insert into s values ({T}, 5) ({T + 1000}, 7) ({T + 2000}, NULL) ({T + 3000}, 8) ({T + 4000}, 2) "
+        f"({T + 5000}, 9) ({T + 6000}, 10)"
+    )
+    # a NULL row gives NULL and leaves the run as it is; a row not meeting the condition gives -1
+    assert [r[1] for r in output(session, "select ts, statecount(v, 'GT', 4) from s")] == [1, 2, None, 3, -1, 1, 2]
+    assert [r[1] for r in output(session, "select ts, stateduration(v, 'gt', 4) from s")] == [
+        0, 1000, None, 3000, -1, 0, 1000,
+    ]  # fmt: skip
+    assert [r[0] for r in output(session, "select stateduration(v, 'LE', 8, 1s) from s")] == [
+        0, 1, None, 3, 4, -1, -1,
+    ]  # fmt: skip
+    with pytest.raises(QueryError, match="operator is one of 'LT', 'GT'"):
+        session.query("select statecount(v, 'GREATER', 4) from s")
+    # trapezoids between consecutive values over the 6 s they span: (6 + 15 + 5 + 5.5 + 9.5) / 6
+    ((twa,),) = output(session, "select twa(v) from s")
+    ((one_row,),) = output(session, f"select twa(v) from s where ts = {T}")
+    assert twa == pytest.approx(41 / 6) and one_row == 5.0
+    assert output(session, "select histogram(v, 'user_input', '[0, 5, 10]', 0) from s") == [
+        ('{"lower_bin":0, "upper_bin":5, "count":2}',),
+        ('{"lower_bin":5, "upper_bin":10, "count":4}',),
+    ]
+    assert output(session, "select histogram(v, 'user_input', '[0, 5, 10]', 1) from s") == [
+        ('{"lower_bin":0, "upper_bin":5, "count":0.333333}',),
+        ('{"lower_bin":5, "upper_bin":10, "count":0.666667}',),
+    ]
+    linear = output(
+        session, """select histogram(v, 'linear_bin', '{"start":0, "width":5, "count":2, "infinity":true}', 0) from s"""
+    )
+    assert linear == [
+        ('{"lower_bin":-inf, "upper_bin":0, "count":0}',),
+        ('{"lower_bin":0, "upper_bin":5, "count":2}',),
+        ('{"lower_bin":5, "upper_bin":10, "count":4}',),
+        ('{"lower_bin":10, "upper_bin":inf, "count":0}',),
+    ]
+    with pytest.raises(QueryError, match="edges must increase strictly"):
+        session.query("select histogram(v, 'user_input', '[5, 1]', 0) from s")
+
+
+def test_query_range_pseudo_columns(session: Session) -> None:
+    session.execute(f"create database d; use d; create table s (ts timestamp, v int); insert into s values ({T}, 1)")
+    ((start, end, duration, count),) = output(
+        session, f"select _qstart, _qend, _qduration, count(*) from s where ts >= {T} and v > 0 and ts < {T + 5000}"
+    )
+    assert (start, end, duration, count) == (T, T + 4999, 4999, 1)  # both ends included, as TDengine keeps them
+    ((start, end),) = output(session, f"select _qstart, _qend from s where {T - 10} < ts")
+    assert (start, end) == (T - 9, 2**63 - 1)  # an open end is the largest timestamp

@@ -111,6 +111,10 @@ AGGREGATES: dict[str, str] = {
     "leastsquares": "leastsquares(expr, start, step): the fitted line over x = start + step·i, as"
     " '{slop:a, intercept:b}'",
     "irate": "the rate per second between the last two non-NULL values (after a decrease: the last value)",
+    "twa": "time-weighted average: the area under the line through the non-NULL values in time order"
+    " (trapezoids) over the time they span; one row: its value (no interpolation to window bounds)",
+    "histogram": "histogram(expr, 'user_input'|'linear_bin'|'log_bin', bins, 0|1): one row per bin"
+    ' (lower, upper], as \'{"lower_bin":l, "upper_bin":u, "count":n}\'; 1 normalises the counts',
 }
 # time functions (translated in select.py: they need the precision and the session time zone)
 TIME_FUNCTIONS: dict[str, str] = {
@@ -140,6 +144,10 @@ SERIES_FUNCTIONS: dict[str, str] = {
     "tail": "tail(expr, k[, offset]): the last k rows after skipping the newest offset",
     "unique": "each value's first row",
     "sample": "sample(expr, k): k rows at random",
+    "statecount": "statecount(expr, 'LT'|'GT'|'LE'|'GE'|'NE'|'EQ', value): how many consecutive rows so far meet the"
+    " condition, -1 on a row that does not; a NULL row gives NULL and does not break the run",
+    "stateduration": "stateduration(expr, oper, value[, unit]): the time since the run of rows meeting the condition"
+    " began, in unit (default: the precision); -1 on a row that does not; NULL rows give NULL",
 }
 OTHER = {
     "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",

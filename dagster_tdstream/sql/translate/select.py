@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
-from ...errors import QueryError
+from ...errors import QueryError, WriteRejectedError
 from ...triggers.replay import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
 from ...triggers.windows import IntervalSpec
 from .. import ast
@@ -124,6 +125,9 @@ class _Scope:
     window: ast.QueryWindow | None = None
     window_sql: dict[str, str] = field(default_factory=dict)
     labelled: bool = False  # base is a row-window view: already the data relation, WHERE applied
+    # window-function columns other row-wise functions read (``expr AS name`` over ``d``),
+    # each a layer of its own: Spark does not nest window functions
+    layers: list[str] = field(default_factory=list)
 
 
 def _kind_of(dtype: ast.DataType) -> str:
@@ -237,6 +241,8 @@ def _data_relation(scope: _Scope) -> str:
     for name, label in (("__tw", scope.trows_label), ("__qw", scope.window_sql.get("label"))):
         if label is not None:
             sql = f"SELECT *, {label} AS {name} FROM ({sql}) {name}_layer"
+    for column in scope.layers:
+        sql = f"SELECT d.*, {column} FROM ({sql}) d"
     return f"({sql}) d"
 
 
@@ -248,6 +254,7 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if (select.slimit is not None or select.soffset is not None) and not (select.partition_by or select.group_by):
         raise _error("SLIMIT/SOFFSET limit the groups of PARTITION BY or GROUP BY; this query has none", select)
     render = _Renderer(scope, ctx)
+    render.where = select.where
     window = select.window
     if window is not None and any(isinstance(item.expr, ast.Star) for item in select.items):
         raise _error("a window query selects aggregates, selectors and window pseudo-columns, not *", select)
@@ -539,6 +546,8 @@ def _series_function(
         raise _error(f"{name}() cannot contain an aggregate", expr.args[0])
     if name in ("top", "bottom", "tail", "unique", "sample"):
         return _row_selector(expr, arg, render, partition)
+    if name in ("statecount", "stateduration"):
+        return _state_run(expr, arg, render, partition), None, False
     value = f"CAST({arg.sql} AS INT)" if arg.kind == "bool" else arg.sql
     allowed = ("int", "float", "ts", "bool") if name == "diff" else NUMERIC
     if arg.kind not in allowed:
@@ -593,6 +602,46 @@ def _series_function(
     frame += f" ROWS BETWEEN {k - 1} PRECEDING AND CURRENT ROW"
     average = f"CAST(avg({value}) OVER ({frame}) AS DOUBLE)"
     return average, f"{value} IS NOT NULL AND count({value}) OVER ({frame}) >= {k}", False
+
+
+_STATE_OPERATORS = {"LT": "<", "GT": ">", "LE": "<=", "GE": ">=", "NE": "<>", "EQ": "="}
+
+
+def _state_run(expr: ast.Func, arg: _Typed, render: _Renderer, partition: list[str]) -> str:
+    """statecount/stateduration: per row, how many rows (how long) the run of consecutive
+    rows meeting ``expr oper value`` has lasted so far; -1 on a row that does not meet it;
+    NULL on a NULL row, which neither extends nor breaks the run. A run is numbered by the
+    rows not meeting the condition before it (a layer of its own: windows do not nest)."""
+    name, scope = expr.name, render.scope
+    duration = name == "stateduration"
+    if not 3 <= len(expr.args) <= (4 if duration else 3):
+        unit = " and an optional time unit" if duration else ""
+        raise _error(f"{name}() takes a column, an operator ('LT', 'GT', 'LE', 'GE', 'NE', 'EQ'), a value{unit}", expr)
+    if arg.kind not in NUMERIC:
+        raise _error(f"{name}() needs a numeric column, got a {arg.kind} value", expr.args[0])
+    oper = expr.args[1]
+    if not (isinstance(oper, ast.Literal) and oper.kind == "string" and str(oper.value).upper() in _STATE_OPERATORS):
+        raise _error(f"{name}()'s operator is one of 'LT', 'GT', 'LE', 'GE', 'NE', 'EQ'", oper)
+    bound = render.expr(expr.args[2])
+    if bound.kind not in NUMERIC or not isinstance(expr.args[2], ast.Literal | ast.Unary):
+        raise _error(f"{name}()'s value is a numeric constant", expr.args[2])
+    meets = f"({arg.sql} {_STATE_OPERATORS[str(oper.value).upper()]} {bound.sql})"
+    by = ", ".join([*partition, f"({arg.sql} IS NULL)"])
+    run = render.ctx.fresh("run")
+    scope.layers.append(
+        f"sum(CASE WHEN {meets} THEN 0 ELSE 1 END) OVER (PARTITION BY {by} ORDER BY {scope.pk} "
+        f"ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {run}"
+    )
+    within = f"PARTITION BY {by}, d.{run}"
+    if duration:
+        unit = render._unit(expr, 3) if len(expr.args) == 4 else 1
+        so_far = f"({scope.pk} - min(CASE WHEN {meets} THEN {scope.pk} END) OVER ({within})) DIV {unit}"
+    else:
+        so_far = (
+            f"sum(CASE WHEN {meets} THEN 1 ELSE 0 END) OVER ({within} ORDER BY {scope.pk} "
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+        )
+    return f"CASE WHEN {arg.sql} IS NULL THEN NULL WHEN {meets} THEN CAST({so_far} AS BIGINT) ELSE -1 END"
 
 
 def _row_selector(expr: ast.Func, arg: _Typed, render: _Renderer, partition: list[str]) -> tuple[str, str, bool]:
@@ -824,7 +873,59 @@ class _Renderer:
         self.scope = scope
         self.ctx = ctx
         self.saw_aggregate = False
+        self.where: ast.Expr | None = None  # the query's WHERE, for _qstart/_qend
         self.now = ctx.now_ns // PRECISIONS[scope.precision] if ctx.now_ns else now_in(scope.precision)
+
+    def _query_range(self, name: str) -> _Typed:
+        """_qstart/_qend/_qduration: the time range the WHERE puts on the primary key (both
+        ends included, as TDengine keeps it: ``ts < b`` ends at b - 1); an open end is the
+        smallest/largest timestamp."""
+        low, high = _INT64_MIN, _INT64_MAX
+        pending = [self.where] if self.where is not None else []
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.Binary) and node.op == "AND":
+                pending += [node.left, node.right]
+                continue
+            for bound_low, bound_high in self._time_bounds(node):
+                low, high = max(low, bound_low), min(high, bound_high)
+        if name == "_qduration":
+            return _Typed(str(max(min(high - low, _INT64_MAX), 0)), "int")
+        return _Typed(f"{low if name == '_qstart' else high}L", "ts")
+
+    def _time_bounds(self, node: ast.Expr) -> list[tuple[int, int]]:
+        """The primary-key range one WHERE conjunct states, if it compares the key with
+        constants (``ts >= '2024-01-01'``, ``_c0 < now``, ``ts BETWEEN a AND b``)."""
+        from ..constants import ConstantContext, evaluate
+
+        now_ns = self.now * PRECISIONS[self.scope.precision]
+        constants = ConstantContext(self.scope.precision, self.ctx.timezone, now_ns)
+
+        def constant(expr: ast.Expr) -> int | None:
+            try:
+                value = evaluate(expr, constants, timestamp=True)
+            except WriteRejectedError:  # not a constant: no bound
+                return None
+            return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+        def is_key(expr: ast.Expr) -> bool:
+            return isinstance(expr, ast.Column) and self.scope.pk is not None and self.expr(expr).sql == self.scope.pk
+
+        if isinstance(node, ast.Between) and not node.negated and is_key(node.operand):
+            low, high = constant(node.low), constant(node.high)
+            return [(low, high)] if low is not None and high is not None else []
+        if not (isinstance(node, ast.Binary) and node.op in ("<", "<=", ">", ">=", "=")):
+            return []
+        op, other = node.op, node.right
+        if is_key(node.right):  # constant on the left: turn the comparison around
+            op, other = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}[op], node.left
+        elif not is_key(node.left):
+            return []
+        value = constant(other)
+        if value is None:
+            return []
+        return [{"<": (_INT64_MIN, value - 1), "<=": (_INT64_MIN, value), ">": (value + 1, _INT64_MAX),
+                 ">=": (value, _INT64_MAX), "=": (value, value)}[op]]  # fmt: skip
 
     def duration(self, value: ast.Duration | None, node: ast.Expr | ast.Select) -> int:
         assert value is not None
@@ -877,7 +978,7 @@ class _Renderer:
         if name in ("_c0", "_rowts") and self.scope.pk is not None:
             return _Typed(self.scope.pk, "ts")
         if name in ("_qstart", "_qend", "_qduration"):
-            raise _error(f"pseudo-column {expr.name} is not supported", expr)
+            return self._query_range(name)
         if name in _TRIGGER_NAMES and (self.ctx.stream is not None or name not in self.scope.columns):
             # a stream's output keeps unaliased placeholders as column names (``_twstart``):
             # outside a stream's query such a name is that column
@@ -1198,6 +1299,8 @@ class _Renderer:
             return self._leastsquares(expr)
         if name == "elapsed":
             return self._elapsed(expr)
+        if name == "histogram":
+            return self._histogram(expr)
         if len(expr.args) != 1 or isinstance(expr.args[0], ast.Star):
             raise _error(f"{name}() takes one column argument", expr)
         arg = self._plain_arg(expr)
@@ -1214,6 +1317,8 @@ class _Renderer:
                 "float",
                 True,
             )
+        if name == "twa":
+            return self._twa(expr, arg)
         if name == "hyperloglog":
             return _Typed(f"approx_count_distinct({arg.sql})", "int", True)
         if name == "mode":
@@ -1304,6 +1409,58 @@ class _Renderer:
         self.saw_aggregate = True
         return _Typed(f"CASE WHEN {n} < 2 THEN NULL ELSE {text} END", "string", True)
 
+    def _twa(self, expr: ast.Func, arg: _Typed) -> _Typed:
+        """The time-weighted average of the non-NULL values: the trapezoids between consecutive
+        values summed, over the time from the first to the last (one value: that value)."""
+        if self.scope.pk is None or arg.kind not in NUMERIC:
+            raise _error("twa() needs a numeric column of a table with a timestamp primary key", expr)
+        points = self._points(arg.sql, newest_first=False)
+        n = f"size({points})"
+        first, last = f"element_at({points}, 1)", f"element_at({points}, -1)"
+        pairs = f"zip_with(slice({points}, 1, greatest({n} - 1, 1)), slice({points}, 2, greatest({n} - 1, 1)), "
+        pairs += "(a, b) -> (a.v + b.v) / 2 * (b.t - a.t))"
+        area = f"aggregate({pairs}, 0D, (s, x) -> s + x)"
+        return _Typed(
+            f"CASE WHEN {n} = 0 THEN NULL WHEN {last}.t = {first}.t THEN {first}.v "
+            f"ELSE {area} / ({last}.t - {first}.t) END",
+            "float",
+            True,
+        )
+
+    def _histogram(self, expr: ast.Func) -> _Typed:
+        """histogram(expr, bin_type, bins, normalized): one output row per bin (lower, upper],
+        as TDengine prints it; the bins from a JSON list ('user_input') or a JSON object
+        ('linear_bin': start, width, count, infinity; 'log_bin': start, factor, count,
+        infinity). A select item of its own: it turns a group into several rows."""
+        if len(expr.args) != 4:
+            raise _error(
+                "histogram() takes a column, 'user_input', 'linear_bin' or 'log_bin', the bins and 0 or 1", expr
+            )
+        arg = self._plain_arg(expr)
+        if arg.kind not in NUMERIC:
+            raise _error(f"histogram() needs a numeric column, got a {arg.kind} value", expr.args[0])
+        kind_node, bins_node, normalized = expr.args[1:]
+        for node in (kind_node, bins_node):
+            if not (isinstance(node, ast.Literal) and node.kind == "string"):
+                raise _error("histogram()'s bin type and bins are string constants", node)
+        if not (isinstance(normalized, ast.Literal) and normalized.value in (0, 1)):
+            raise _error("histogram()'s last argument is 0 (counts) or 1 (fractions)", normalized)
+        edges = _histogram_edges(str(kind_node.value).lower(), str(bins_node.value), bins_node)  # type: ignore[union-attr]
+        texts = []
+        for low, high in itertools.pairwise(edges):
+            inside = " AND ".join(
+                [*([f"{arg.sql} > {low!r}"] if low != -math.inf else []),
+                 *([f"{arg.sql} <= {high!r}"] if high != math.inf else [])]
+            ) or "TRUE"  # fmt: skip
+            count = f"count(CASE WHEN {arg.sql} IS NOT NULL AND {inside} THEN 1 END)"
+            template = '{"lower_bin":%g, "upper_bin":%g, "count":' % (low, high)  # noqa: UP031 (C's %g)
+            if normalized.value == 1:
+                share = f"coalesce(CAST({count} AS DOUBLE) / nullif(count({arg.sql}), 0), 0D)"
+                texts.append(f"format_string({quote_string(template + '%f}')}, {share})")
+            else:
+                texts.append(f"format_string({quote_string(template + '%d}')}, {count})")
+        return _Typed(f"explode(array({', '.join(texts)}))", "string", True)
+
     def _elapsed(self, expr: ast.Func) -> _Typed:
         """elapsed(ts[, unit]): the time between the first and the last row, in ``unit``
         (default: the database precision), as DOUBLE."""
@@ -1329,6 +1486,38 @@ class _Renderer:
         return arg
 
 
+def _histogram_edges(kind: str, text: str, node: ast.Expr) -> list[float]:
+    """The bin edges of TDengine's HISTOGRAM: at most 1000 bins, edges strictly increasing."""
+    import json
+
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        raise _error(f"histogram() bins {text!r} are not JSON", node) from None
+    if kind == "user_input":
+        if not (isinstance(spec, list) and len(spec) >= 2 and all(isinstance(v, int | float) for v in spec)):
+            raise _error("histogram() 'user_input' bins are a JSON list of two or more numbers, e.g. '[1, 3, 5]'", node)
+        edges = [float(v) for v in spec]
+    elif kind in ("linear_bin", "log_bin"):
+        step = "width" if kind == "linear_bin" else "factor"
+        if not (isinstance(spec, dict) and all(isinstance(spec.get(k), int | float) for k in ("start", step, "count"))):
+            raise _error(f"histogram() '{kind}' bins are a JSON object with start, {step}, count and infinity", node)
+        count = int(spec["count"])
+        if count < 1 or spec[step] == 0 or (kind == "log_bin" and (spec[step] <= 0 or spec[step] == 1)):
+            raise _error(f"histogram() '{kind}' needs count >= 1 and a usable {step}", node)
+        if kind == "linear_bin":
+            edges = sorted(float(spec["start"] + spec["width"] * i) for i in range(count + 1))
+        else:
+            edges = sorted(float(spec["start"] * spec["factor"] ** i) for i in range(count + 1))
+        if spec.get("infinity"):
+            edges = [-math.inf, *edges, math.inf]
+    else:
+        raise _error(f"histogram() bin type is 'user_input', 'linear_bin' or 'log_bin', not {kind!r}", node)
+    if any(b <= a for a, b in itertools.pairwise(edges)) or len(edges) > 1001:
+        raise _error("histogram() bin edges must increase strictly, at most 1000 bins", node)
+    return edges
+
+
 _SPARK_CAST = {
     "BOOL": "BOOLEAN",
     "TINYINT": "TINYINT",
@@ -1347,6 +1536,8 @@ _SPARK_CAST = {
     "NCHAR": "STRING",
     "DECIMAL": "DECIMAL",
 }
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # trigger placeholders → (column of the triggers view, kind)
 _TRIGGER_NAMES: dict[str, tuple[str, str]] = {
