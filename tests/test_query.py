@@ -139,8 +139,8 @@ def test_query_errors_name_the_position_and_alternatives(session: Session) -> No
         session.query("select ts,\n nope from meters")
     assert (info.value.line, info.value.column) == (2, 2)
     assert "unknown column nope" in str(info.value)
-    with pytest.raises(QueryError, match=r"function twa\(\) is not supported yet; supported: .*avg"):
-        session.query("select twa(current) from d1001")
+    with pytest.raises(QueryError, match=r"function interp\(\) is not supported yet; supported: .*avg"):
+        session.query("select interp(current) from d1001")
     with pytest.raises(QueryError, match="_wstart needs a window clause"):
         session.query("select _wstart, count(*) from d1001")
     with pytest.raises(QueryError, match="query failed in Spark"):
@@ -243,3 +243,41 @@ def test_slimit_soffset_and_partition_by_without_aggregates(session: Session) ->
     ]
     with pytest.raises(QueryError, match="SLIMIT/SOFFSET limit the groups"):
         session.query("select v from st slimit 1")
+
+
+JOINED = (
+    "create database j; use j;"
+    "create table temp (ts timestamp, v int); create table hum (ts timestamp, v int, note varchar(8));"
+    "insert into temp values (1700000000000, 20) (1700000001000, 21) (1700000002000, 22)"
+    " hum values (1700000000000, 50, 'a') (1700000002000, 52, 'c') (1700000003000, 53, 'd');"
+)
+
+
+def test_joins_on_the_primary_timestamp(session: Session) -> None:
+    session.execute(JOINED)
+    inner = session.query("select a.ts, a.v, b.v, note from temp a join hum b on a.ts = b.ts")
+    assert inner.columns == ["ts", "v", "v", "note"]
+    assert [(r[1], r[2], r[3]) for r in inner.rows] == [(20, 50, "a"), (22, 52, "c")]
+    comma = session.query("select temp.v + hum.v from temp, hum where temp.ts = hum.ts and hum.v > 50")
+    assert comma.rows == [(74,)]
+    left = session.query("select a.v, b.v from temp a left join hum b on a.ts = b.ts")
+    assert left.rows == [(20, 50), (21, None), (22, 52)]
+    full = session.query("select a.v, b.v from temp a full join hum b on a.ts = b.ts order by b.v, a.v")
+    assert full.rows == [(21, None), (20, 50), (22, 52), (None, 53)]
+    # windows and aggregates over a join: the left table's timestamp is the result's
+    windows = session.query(
+        "select _wstart, count(*), avg(a.v + b.v) from temp a join hum b on a.ts = b.ts interval(2s)"
+    )
+    assert [(r[1], r[2]) for r in windows.rows] == [(1, 70.0), (1, 74.0)]
+    star = session.query("select b.* from temp a join hum b on a.ts = b.ts")
+    assert star.columns == ["ts", "v", "note"] and len(star.rows) == 2
+
+
+def test_join_errors(session: Session) -> None:
+    session.execute(JOINED)
+    with pytest.raises(QueryError, match=r"column v is in more than one joined table: name its table \(t.v\)"):
+        session.query("select v from temp a join hum b on a.ts = b.ts")
+    with pytest.raises(QueryError, match=r"a join matches the tables' primary timestamps: add a\.ts = b\.ts to its ON"):
+        session.query("select a.v from temp a join hum b on a.v = b.v")
+    with pytest.raises(QueryError, match=r"add a\.ts = b\.ts to its WHERE"):
+        session.query("select a.v from temp a, hum b")

@@ -881,7 +881,9 @@ class _Parser:
         source = self.single_source()
         while True:
             kind = None
-            if self.accept_word("JOIN"):
+            if self.accept_op(","):  # FROM a, b WHERE a.ts = b.ts
+                kind = "CROSS"
+            elif self.accept_word("JOIN"):
                 kind = "INNER"
             else:
                 for words, join_kind in (

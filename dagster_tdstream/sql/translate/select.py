@@ -114,8 +114,8 @@ class _Scope:
     through the derived table ``d`` built over it (``d.<name>``)."""
 
     base: str | None
-    columns: dict[str, tuple[str, str]]  # lower name → (column of d, kind)
-    star: list[str]  # names `*` expands to
+    columns: dict[str, tuple[str, str]]  # lower name (or side.name in a join) → (column of d, kind)
+    star: list[tuple[str, str]]  # what `*` expands to: (output name, key of columns)
     pk: str | None  # the primary timestamp, as a column of d
     precision: str
     tables: tuple[SourceTable, ...] = ()
@@ -128,6 +128,7 @@ class _Scope:
     # window-function columns other row-wise functions read (``expr AS name`` over ``d``),
     # each a layer of its own: Spark does not nest window functions
     layers: list[str] = field(default_factory=list)
+    ambiguous: set[str] = field(default_factory=set)  # joined columns that need their side's name
 
 
 def _kind_of(dtype: ast.DataType) -> str:
@@ -170,9 +171,9 @@ def _table_scope(table: SourceTable) -> _Scope:
     for col in (*table.columns, *table.tags):
         columns[col.name.lower()] = ("d." + quote_ident(col.name), _kind_of(col.type))
     columns["tbname"] = ("d.tbname", "string")
-    star = [c.name for c in table.columns]
+    star = [(c.name, c.name.lower()) for c in table.columns]
     if table.kind == "super":
-        star += [t.name for t in table.tags]
+        star += [(t.name, t.name.lower()) for t in table.tags]
     pk = "d." + quote_ident(table.columns[0].name)
     return _Scope(quote_ident(table.view), columns, star, pk, table.precision, tables=(table,))
 
@@ -198,7 +199,7 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
         return _Scope(
             f"({inner_sql}) {ctx.fresh('q')}",
             columns,
-            [c.name for c in inner_cols],
+            [(c.name, c.name.lower()) for c in inner_cols],
             pk,
             inner_scope.precision,
             tables=inner_scope.tables,
@@ -228,7 +229,108 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
             scope.trigger_join += [f"{scope.pk} >= __trig._twstart", f"{scope.pk} <= __trig._twend"]
         scope.trows_filter = stream.trows_filter
         return scope
-    raise _error("joins are not supported yet in queries; query one table or a subquery", select)
+    if isinstance(source, ast.Join):
+        return _join_scope(source, select, ctx)
+    raise _error(f"{type(source).__name__} in FROM is not supported", select)
+
+
+def _side_name(source: ast.FromSource) -> str | None:
+    if isinstance(source, ast.TableSource):
+        return (source.alias or source.table.name).lower()
+    if isinstance(source, ast.SubquerySource) and source.alias:
+        return source.alias.lower()
+    return None
+
+
+def _join_scope(join: ast.Join, select: ast.Select, ctx: TranslationContext) -> _Scope:
+    """``a [INNER|LEFT|RIGHT|FULL] JOIN b ON …`` and ``a, b WHERE …``: each side's columns
+    renamed apart (``__j<side>_<n>``) and reachable as ``side.column`` — or as ``column`` when
+    only one side has it. As in TDengine the sides are matched on their primary timestamps
+    (``a.ts = b.ts`` in ON, or in WHERE for a comma join), and the left side's timestamp is
+    the result's."""
+    sides: list[tuple[ast.FromSource, str | None, ast.Expr | None]] = []
+    node: ast.FromSource = join
+    while isinstance(node, ast.Join):
+        sides.insert(0, (node.right, node.kind, node.on))
+        node = node.left
+    sides.insert(0, (node, None, None))
+    columns: dict[str, tuple[str, str]] = {}
+    bare: dict[str, tuple[str, str]] = {}  # the ON condition's view: renamed columns, no prefix
+    seen: dict[str, int] = {}
+    star: list[tuple[str, str]] = []
+    pks: list[str] = []
+    relations: list[str] = []
+    tables: list[SourceTable] = []
+    scope: _Scope | None = None
+    for index, (source, kind, on) in enumerate(sides):
+        if isinstance(source, ast.PlaceholderSource):
+            raise _error(f"%%{source.placeholder.name} cannot be joined yet; join the tables it reads", select)
+        name = _side_name(source)
+        if name is None:
+            raise _error("a subquery joined to another source needs an alias", select)
+        side = _source_scope(ast.Select((), source), ctx)
+        renamed = []
+        for k, (column, (sql, col_kind)) in enumerate(side.columns.items()):
+            alias = f"__j{index}_{k}"
+            renamed.append(f"{sql} AS {alias}")
+            columns[f"{name}.{column}"] = (f"d.{alias}", col_kind)
+            bare[f"{name}.{column}"] = (alias, col_kind)
+            seen[column] = seen.get(column, 0) + 1
+            columns.setdefault(column, (f"d.{alias}", col_kind))
+            bare.setdefault(column, (alias, col_kind))
+            if sql == side.pk:
+                pks.append(alias)
+        star += [(display, f"{name}.{key}") for display, key in side.star]
+        relation = f"(SELECT {', '.join(renamed)} FROM {_data_relation(side)}) {quote_ident(name)}"
+        if kind is None:
+            relations.append(relation)
+        else:
+            condition = "TRUE"
+            if on is not None:
+                on_scope = _Scope(None, bare, [], None, side.precision)
+                on_scope.ambiguous = {c for c, n in seen.items() if n > 1}
+                condition = _Renderer(on_scope, ctx).condition(on)
+            relations.append(f"{kind} JOIN {relation}" + ("" if kind == "CROSS" else f" ON {condition}"))
+        tables += side.tables
+        scope = scope or side
+    assert scope is not None
+    ambiguous = {c for c, n in seen.items() if n > 1}
+    joined = _Scope(
+        f"(SELECT * FROM {' '.join(relations)}) {ctx.fresh('join')}",
+        columns,
+        star,
+        f"d.{pks[0]}" if pks else None,
+        scope.precision,
+        tables=tuple(tables),
+    )
+    joined.ambiguous = ambiguous
+    _check_timestamp_match(sides, select, joined, ctx, [f"d.{pk}" for pk in pks])
+    return joined
+
+
+def _check_timestamp_match(
+    sides: list[tuple[ast.FromSource, str | None, ast.Expr | None]],
+    select: ast.Select,
+    scope: _Scope,
+    ctx: TranslationContext,
+    pks: list[str],
+) -> None:
+    """Each joined side meets an earlier one on the primary timestamps, in its ON (or, for a
+    comma join, the WHERE): TDengine's join rule."""
+    render = _Renderer(scope, ctx)
+    for index, (_, kind, on) in enumerate(sides[1:], start=1):
+        conditions = on if kind != "CROSS" else select.where
+        pending, matched = [conditions] if conditions is not None else [], False
+        while pending and not matched:
+            node = pending.pop()
+            if isinstance(node, ast.Binary) and node.op == "AND":
+                pending += [node.left, node.right]
+            elif isinstance(node, ast.Binary) and node.op == "=":
+                pair = {render.expr(node.left).sql, render.expr(node.right).sql}
+                matched = pks[index] in pair and bool(pair & set(pks[:index]))
+        if not matched:
+            where = "WHERE" if kind == "CROSS" else "ON"
+            raise _error(f"a join matches the tables' primary timestamps: add a.ts = b.ts to its {where}", select)
 
 
 def _data_relation(scope: _Scope) -> str:
@@ -290,13 +392,16 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     kinds: list[str] = []
     for item in select.items:
         if isinstance(item.expr, ast.Star):
-            for name in scope.star:
-                expr, kind = scope.columns[name.lower()]
+            side = f"{item.expr.table.lower()}." if item.expr.table else ""
+            for name, key in scope.star:
+                if side and "." in key and not key.startswith(side):
+                    continue  # t.* in a join: that side's columns only
+                expr, kind = scope.columns[key]
                 items.append((expr, f"__c{len(items)}", OutputColumn(name, kind == "ts")))
                 kinds.append(kind)
             continue
         typed = render.expr(item.expr)
-        name = item.alias or item.text
+        name = _output_name(item)
         items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts")))
         kinds.append(typed.kind)
 
@@ -371,6 +476,16 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+def _output_name(item: ast.SelectItem) -> str:
+    """TDengine names an unaliased column by its text, a qualified column (``a.ts``) by the
+    column's name alone."""
+    if item.alias:
+        return item.alias
+    if isinstance(item.expr, ast.Column) and item.expr.table is not None:
+        return item.expr.name
+    return item.text
 
 
 def _group_slice(
@@ -484,7 +599,7 @@ def _series_query(
     drop_when_all_null: list[str] = []
     for item in select.items:
         alias = f"__c{len(items)}"
-        name = item.alias or item.text
+        name = _output_name(item)
         expr = item.expr
         if not (isinstance(expr, ast.Func) and expr.name in SERIES_FUNCTIONS):
             if isinstance(expr, ast.Star):
@@ -986,7 +1101,12 @@ class _Renderer:
                 raise _error(f"placeholder {expr.name} can only be used inside a stream's query", expr)
             column, kind = _TRIGGER_NAMES[name]
             return _Typed(f"__trig.{column}", kind)
-        found = self.scope.columns.get(name)
+        if expr.table is not None and f"{expr.table.lower()}.{name}" in self.scope.columns:
+            found: tuple[str, str] | None = self.scope.columns[f"{expr.table.lower()}.{name}"]
+        elif name in self.scope.ambiguous:
+            raise _error(f"column {expr.name} is in more than one joined table: name its table (t.{expr.name})", expr)
+        else:
+            found = self.scope.columns.get(name)
         if found is None:
             known = ", ".join(sorted(self.scope.columns)) or "none"
             raise _error(f"unknown column {expr.name} (columns: {known})", expr)
