@@ -430,3 +430,16 @@ def test_a_stream_query_selects_the_time_of_its_maximum(session: Session, harnes
     )
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from out") == [(T, 7, T + 3000)]
+
+
+def test_a_stream_query_reads_a_subquery_of_its_trigger_rows(session: Session, harness: StreamHarness) -> None:
+    """The subquery runs per trigger: its rows carry their trigger, the outer query
+    aggregates each trigger's rows; a trigger whose subquery keeps no rows is still computed."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a into out as "
+        "select _twstart, count(*) n, sum(w) total from (select ts, v * 10 as w from %%trows where v > 1);"
+        f"insert into a values ({T}, 1) ({T + 3000}, 7) ({T + 6000}, 2) ({T + 10000}, 1) ({T + 20000}, 5)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T, 2, 90), (T + 10000, 0, None)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from zoneinfo import ZoneInfo
 
 from ...errors import QueryError, WriteRejectedError
@@ -36,6 +36,7 @@ class SourceTable:
 class OutputColumn:
     name: str
     is_timestamp: bool
+    kind: str = "other"  # the translator's kind (ts, int, float, string, bool …), for outer queries
 
 
 @dataclass(frozen=True)
@@ -186,14 +187,16 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
     if isinstance(source, ast.TableSource):
         return _table_scope(ctx.resolve(source.table))
     if isinstance(source, ast.SubquerySource):
-        if stream is not None:
-            raise _error("subqueries in FROM are not supported in a stream's query yet", select)
-        inner_sql, inner_cols, inner_scope = _translate(source.query, ctx)
+        # in a stream's query the subquery runs per trigger too: its rows carry their trigger
+        # (``__tid``) and the outer query meets its triggers on it; the subquery's triggers
+        # without rows add none (FORCE_OUTPUT is the outer query's)
+        inner_ctx = ctx if stream is None else replace(ctx, stream=replace(stream, force_output=False))
+        inner_sql, inner_cols, inner_scope = _translate(source.query, inner_ctx)
         columns = {}
         pk = None
         for i, col in enumerate(inner_cols):
             expr = f"d.__c{i}"
-            columns.setdefault(col.name.lower(), (expr, "ts" if col.is_timestamp else "other"))
+            columns.setdefault(col.name.lower(), (expr, col.kind))
             if pk is None and col.is_timestamp:
                 pk = expr
         return _Scope(
@@ -203,6 +206,7 @@ def _source_scope(select: ast.Select, ctx: TranslationContext) -> _Scope:
             pk,
             inner_scope.precision,
             tables=inner_scope.tables,
+            trigger_join=["d.__tid = __trig.__tid"] if stream is not None else [],
         )
     if isinstance(source, ast.PlaceholderSource):
         placeholder = source.placeholder
@@ -397,12 +401,12 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
                 if side and "." in key and not key.startswith(side):
                     continue  # t.* in a join: that side's columns only
                 expr, kind = scope.columns[key]
-                items.append((expr, f"__c{len(items)}", OutputColumn(name, kind == "ts")))
+                items.append((expr, f"__c{len(items)}", OutputColumn(name, kind == "ts", kind)))
                 kinds.append(kind)
             continue
         typed = render.expr(item.expr)
         name = _output_name(item)
-        items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts")))
+        items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts", typed.kind)))
         kinds.append(typed.kind)
 
     # PARTITION BY alone does not aggregate: without aggregates or a window it only orders rows
@@ -609,10 +613,10 @@ def _series_query(
             typed = render.expr(expr)
             if typed.aggregate:
                 raise _error("aggregates cannot be selected beside time-series functions and multi-row selectors", expr)
-            items.append((typed.sql, alias, OutputColumn(name, typed.kind == "ts")))
+            items.append((typed.sql, alias, OutputColumn(name, typed.kind == "ts", typed.kind)))
             continue
         sql, condition, all_null = _series_function(expr, render, over, partition)
-        items.append((sql, alias, OutputColumn(name, False)))
+        items.append((sql, alias, OutputColumn(name, False, "other")))
         keep += [condition] if condition else []
         drop_when_all_null += [alias] if all_null else []
     where = render.condition(select.where) if select.where is not None else None
