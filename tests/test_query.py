@@ -184,6 +184,13 @@ def test_interval_fill_modes(session: Session) -> None:
         f"select _wstart, count(*) from a where ts < {T + 10000} interval(10s) fill(prev)"
     ).rows
     assert total == 1
+    # a WHERE time range is the range filled: windows before the first and after the last row
+    ranged = session.query(
+        f"select _wstart, sum(v) from a where ts >= {T - 20000} and ts < {T + 50000} interval(10s) fill(prev)"
+    ).rows
+    assert [(int(w.timestamp() * 1000) - T, v) for w, v in ranged] == [
+        (-20000, None), (-10000, None), (0, 1), (10000, 1), (20000, 1), (30000, 4), (40000, 4),
+    ]  # fmt: skip
     with pytest.raises(QueryError, match=r"FILL\(VALUE, …\) needs 2 value\(s\)"):
         session.query("select _wstart, sum(v), avg(f) from a interval(10s) fill(value, 0)")
     with pytest.raises(QueryError, match="FILL with ORDER BY"):

@@ -374,7 +374,7 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         interval = render.duration(window.interval, select)
         scope.window = window
         scope.window_sql = {
-            "label": _window_start_sql(window, scope, select).replace("d.", ""),
+            "label": _interval_spec(window, scope, select).label_sql(scope.pk).replace("d.", ""),
             "_wstart": "d.__qw",
             "_wend": f"(d.__qw + {interval})",
             "_wduration": f"CAST({interval} AS BIGINT)",
@@ -824,7 +824,14 @@ def _filled(
     inner_select = ", ".join([*(f"{sql} AS {k}" for sql, k in zip(partition_sql, keys, strict=True)), "d.__qw AS __w"])
     inner = parts[0].replace(" FROM ", f", {inner_select} FROM ", 1) + " " + " ".join(parts[1:])
     key_list = "".join(f"{k}, " for k in keys)
-    bounds = f"SELECT {key_list}min(__w) AS __lo, max(__w) AS __hi FROM __agg" + (
+    # the grid spans the WHERE's time range where it has one (TDengine fills the queried
+    # range), else each partition's first and last window with data
+    spec = _interval_spec(window, scope, select)
+    low, high = render.query_bounds()
+    # (constants inside min/max: the bounds query aggregates, partitioned or not)
+    first = f"min({spec.first_start(low)}L)" if low != _INT64_MIN else "min(__w)"
+    last = f"max({spec.floor(high)}L)" if high != _INT64_MAX else "max(__w)"
+    bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg" + (
         f" GROUP BY {', '.join(keys)}" if keys else ""
     )
     grid = f"SELECT {key_list}explode(sequence(__lo, __hi, CAST({step} AS BIGINT))) AS __w FROM ({bounds}) __b"
@@ -933,7 +940,7 @@ def _row_windows(
     scope.window_sql = {"_wstart": "d.__qw", "_wend": "d.__qwe", "_wduration": "(d.__qwe - d.__qw)"}
 
 
-def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, select: ast.Select) -> str:
+def _interval_spec(window: ast.IntervalWindow, scope: _Scope, select: ast.Select) -> IntervalSpec:
     if window.interval.is_calendar or (window.sliding is not None and window.sliding.is_calendar):
         raise _error("calendar INTERVAL units (n, y) are not supported yet in queries", select)
     try:
@@ -944,8 +951,7 @@ def _window_start_sql(window: ast.IntervalWindow, scope: _Scope, select: ast.Sel
         raise _error(str(exc), select) from None
     if spec.sliding > spec.interval:
         raise _error(f"SLIDING {window.sliding} must not be larger than INTERVAL {window.interval}", select)
-    assert scope.pk is not None
-    return spec.label_sql(scope.pk)
+    return spec
 
 
 def _order_by(
@@ -996,9 +1002,15 @@ class _Renderer:
         self.now = ctx.now_ns // PRECISIONS[scope.precision] if ctx.now_ns else now_in(scope.precision)
 
     def _query_range(self, name: str) -> _Typed:
-        """_qstart/_qend/_qduration: the time range the WHERE puts on the primary key (both
-        ends included, as TDengine keeps it: ``ts < b`` ends at b - 1); an open end is the
-        smallest/largest timestamp."""
+        """_qstart/_qend/_qduration: the query's time range (``query_bounds``)."""
+        low, high = self.query_bounds()
+        if name == "_qduration":
+            return _Typed(str(max(min(high - low, _INT64_MAX), 0)), "int")
+        return _Typed(f"{low if name == '_qstart' else high}L", "ts")
+
+    def query_bounds(self) -> tuple[int, int]:
+        """The time range the WHERE puts on the primary key (both ends included, as TDengine
+        keeps it: ``ts < b`` ends at b - 1); an open end is the smallest/largest timestamp."""
         low, high = _INT64_MIN, _INT64_MAX
         pending = [self.where] if self.where is not None else []
         while pending:
@@ -1008,9 +1020,7 @@ class _Renderer:
                 continue
             for bound_low, bound_high in self._time_bounds(node):
                 low, high = max(low, bound_low), min(high, bound_high)
-        if name == "_qduration":
-            return _Typed(str(max(min(high - low, _INT64_MAX), 0)), "int")
-        return _Typed(f"{low if name == '_qstart' else high}L", "ts")
+        return low, high
 
     def _time_bounds(self, node: ast.Expr) -> list[tuple[int, int]]:
         """The primary-key range one WHERE conjunct states, if it compares the key with
