@@ -443,3 +443,36 @@ def test_a_stream_query_reads_a_subquery_of_its_trigger_rows(session: Session, h
     )
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from out") == [(T, 2, 90), (T + 10000, 0, None)]
+
+
+def test_time_series_functions_in_a_stream_query_run_per_trigger(session: Session, harness: StreamHarness) -> None:
+    """diff and csum over each trigger's rows: the first row of a window has no previous
+    value, however many windows one run computes."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream d interval(10s) sliding(10s) from a into diffs as select ts, diff(v) dv from %%trows;"
+        "create stream c interval(10s) sliding(10s) from a into sums as select ts, _twstart, csum(v) cv from %%trows;"
+        f"insert into a values ({T}, 1) ({T + 3000}, 7) ({T + 6000}, 2) ({T + 10000}, 4) ({T + 12000}, 10)"
+        f" ({T + 20000}, 5)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from diffs") == [(T + 3000, 6), (T + 6000, -5), (T + 12000, 6)]
+    assert output(session, "select * from sums") == [
+        (T, T, 1), (T + 3000, T, 8), (T + 6000, T, 10), (T + 10000, T + 10000, 4), (T + 12000, T + 10000, 14),
+    ]  # fmt: skip
+
+
+def test_row_windows_inside_a_stream_query_split_each_trigger(session: Session, harness: StreamHarness) -> None:
+    """STATE_WINDOW within each 10 s trigger window: a state run crossing the trigger's end
+    is cut there, as the query sees only its trigger's rows."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a into runs as "
+        "select _wstart, _wend, count(*) n, first(v) state from %%trows state_window(v);"
+        f"insert into a values ({T}, 1) ({T + 3000}, 1) ({T + 6000}, 2) ({T + 9000}, 2) ({T + 11000}, 2)"
+        f" ({T + 14000}, 3) ({T + 20000}, 3)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from runs") == [
+        (T, T + 3000, 2, 1), (T + 6000, T + 9000, 2, 2), (T + 11000, T + 11000, 1, 2), (T + 14000, T + 14000, 1, 3),
+    ]  # fmt: skip

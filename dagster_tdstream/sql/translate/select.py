@@ -579,12 +579,9 @@ def _series_query(
     """Queries with time-series functions or multi-row selectors: one output row per input
     row that the function keeps, in time order per partition (what each keeps and computes:
     ``_series_function``, ``_row_selector``, and ``docs/sql-support.md``)."""
-    if ctx.stream is not None:
-        raise _error(
-            "time-series functions and multi-row selectors (diff, csum, top, …) are not supported "
-            "in a stream's query yet",
-            select,
-        )
+    stream = ctx.stream
+    if stream is not None and (select.limit is not None or select.offset is not None):
+        raise _error("LIMIT/OFFSET beside time-series functions in a stream's query is not supported yet", select)
     if select.window is not None or select.group_by or select.having is not None or select.distinct:
         raise _error(
             "time-series functions and multi-row selectors (diff, csum, top, …) cannot be combined "
@@ -597,6 +594,8 @@ def _series_query(
     if len(names) > 1:
         raise _error(f"{' and '.join(sorted(names))} cannot be mixed in one query", select)
     partition = [render.expr(e).sql for e in select.partition_by]
+    if stream is not None:  # each trigger's rows are a series of their own
+        partition.insert(0, "__trig.__tid")
     over = f"PARTITION BY {', '.join(partition) or 'NULL'} ORDER BY {scope.pk}"
     items: list[tuple[str, str, OutputColumn]] = []
     keep: list[str] = []
@@ -624,7 +623,14 @@ def _series_query(
     keys = "".join(f", {p} AS __p{i}" for i, p in enumerate(partition))
     # a kept row's conditions use the row and window functions: evaluated in the inner query
     flags = "".join(f", ({condition}) AS __k{i}" for i, condition in enumerate(keep))
-    inner = f"SELECT {select_list}{keys}{flags}, {scope.pk} AS __ts FROM {_data_relation(scope)}" + (
+    relation = _data_relation(scope)
+    if stream is not None:  # the trigger's rows only: an inner join with the batch's triggers
+        if scope.trows_filter is not None:
+            scope.trigger_join.append(render.condition(scope.trows_filter))
+        on = " AND ".join(scope.trigger_join) or "TRUE"
+        relation = f"{quote_ident(stream.triggers_view)} __trig JOIN {relation} ON {on}"
+        keys += ", __trig.__tid AS __tid"
+    inner = f"SELECT {select_list}{keys}{flags}, {scope.pk} AS __ts FROM {relation}" + (
         f" WHERE {where}" if where else ""
     )
     conditions = [f"__k{i}" for i in range(len(keep))]
@@ -637,7 +643,8 @@ def _series_query(
             "(rows come in time order)",
             select,
         )
-    sql = f"SELECT {', '.join(alias for _, alias, _ in items)} FROM ({inner}) __series"
+    outputs = [alias for _, alias, _ in items] + (["__tid"] if stream is not None else [])
+    sql = f"SELECT {', '.join(outputs)} FROM ({inner}) __series"
     if conditions:
         sql += " WHERE " + " AND ".join(f"({c})" for c in conditions)
     sql += " ORDER BY " + ", ".join(order)
@@ -897,8 +904,6 @@ def _row_windows(
     the WHERE keeps, per partition, in time order; ``_wstart``/``_wend`` are a window's first
     and last row times."""
     kind = _ROW_WINDOW_NAMES[type(window)]
-    if ctx.stream is not None:
-        raise _error(f"{kind} inside a stream's query is not supported yet; use it as the stream's trigger", select)
     if scope.pk is None or scope.base is None:
         raise _error(f"{kind} needs a table with a timestamp primary key", select)
     values: list[tuple[str, str]] = []  # (column the trigger reads, its SQL)
@@ -928,9 +933,18 @@ def _row_windows(
     if isinstance(window, ast.StateWindow | ast.EventWindow) and window.true_for is not None:
         true_for = render.duration(window.true_for, select)
     keys = [(render.expr(e).sql, f"__p{i}") for i, e in enumerate(select.partition_by)]
+    relation = _data_relation(scope)
+    stream = ctx.stream
+    if stream is not None:  # windows within each trigger's rows: the trigger is a partition key
+        if scope.trows_filter is not None:
+            scope.trigger_join.append(render.condition(scope.trows_filter))
+        on = " AND ".join(scope.trigger_join) or "TRUE"
+        relation = f"{quote_ident(stream.triggers_view)} __trig JOIN {relation} ON {on}"
+        keys.insert(0, ("__trig.__tid", "__tid"))
+        scope.trigger_join, scope.trows_filter = ["d.__tid = __trig.__tid"], None
     computed = [f"{scope.pk} AS __ts", *(f"{sql} AS {name}" for sql, name in keys)]
     computed += [f"{sql} AS {name}" for name, sql in values]
-    source = f"SELECT d.*, {', '.join(computed)} FROM {_data_relation(scope)}"
+    source = f"SELECT d.*, {', '.join(computed)} FROM {relation}"
     if select.where is not None:
         source += f" WHERE {render.condition(select.where)}"
     view = f"__rw_{next(_ROW_WINDOW_VIEWS)}"
