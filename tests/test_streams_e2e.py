@@ -476,3 +476,19 @@ def test_row_windows_inside_a_stream_query_split_each_trigger(session: Session, 
     assert output(session, "select * from runs") == [
         (T, T + 3000, 2, 1), (T + 6000, T + 9000, 2, 2), (T + 11000, T + 11000, 1, 2), (T + 14000, T + 14000, 1, 3),
     ]  # fmt: skip
+
+
+def test_fill_inside_a_stream_query_fills_each_trigger_window(session: Session, harness: StreamHarness) -> None:
+    """INTERVAL(2s) FILL(PREV) within each 10 s trigger window: the five 2 s windows of the
+    trigger, filled from within that trigger only (the first window of the second trigger
+    has no earlier value in it: NULL)."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from a into filled as "
+        "select _wstart, _twstart tw, max(v) peak from %%trows interval(2s) fill(prev);"
+        f"insert into a values ({T + 2000}, 1) ({T + 6000}, 7) ({T + 14000}, 3) ({T + 20000}, 5)"
+    )
+    assert harness.run_until_idle().failures == []
+    first = [(T + s * 1000, T, v) for s, v in ((0, None), (2, 1), (4, 1), (6, 7), (8, 7))]
+    second = [(T + s * 1000, T + 10000, v) for s, v in ((10, None), (12, None), (14, 3), (16, 3), (18, 3))]
+    assert output(session, "select * from filled") == first + second

@@ -369,8 +369,6 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     elif window is not None:
         if scope.pk is None:
             raise _error("INTERVAL needs a table with a timestamp primary key", select)
-        if window.fill is not None and window.fill.mode != "NONE" and stream is not None:
-            raise _error(f"FILL({window.fill.mode}) is not supported in a stream's query yet", select)
         interval = render.duration(window.interval, select)
         scope.window = window
         scope.window_sql = {
@@ -446,6 +444,8 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         parts.append("HAVING " + render.condition(select.having))
     if isinstance(window, ast.IntervalWindow) and window.fill is not None and window.fill.mode != "NONE":
         partition_sql = [render.expr(e).sql for e in select.partition_by]
+        if stream is not None:  # each trigger's windows are filled on their own
+            partition_sql.insert(0, "__trig.__tid")
         return (
             _filled(select, window, scope, parts, items, kinds, partition_sql, render),
             [c for _, _, c in items],
@@ -817,10 +817,10 @@ def _filled(
     partition_sql: list[str],
     render: _Renderer,
 ) -> str:
-    """INTERVAL … FILL: every window between each partition's first and last window with
-    data, the windows without rows filled — NULL/NULL_F with NULL, VALUE/VALUE_F with the given
-    constants (in the order of the filled columns), PREV/NEXT with the nearest earlier/later
-    window's value, LINEAR by interpolating numbers between them over the window starts.
+    """INTERVAL … FILL: every window of the queried range (see the grid below), the windows
+    without rows filled — NULL/NULL_F with NULL, VALUE/VALUE_F with the given constants (in
+    the order of the filled columns), PREV/NEXT with the nearest earlier/later window's
+    value, LINEAR by interpolating numbers between them over the window starts.
     Window pseudo-columns and partition keys are not filled: they come from the window grid."""
     assert window.fill is not None
     mode = window.fill.mode.removesuffix("_F")
@@ -832,12 +832,22 @@ def _filled(
     inner = parts[0].replace(" FROM ", f", {inner_select} FROM ", 1) + " " + " ".join(parts[1:])
     key_list = "".join(f"{k}, " for k in keys)
     # the grid spans the WHERE's time range where it has one (TDengine fills the queried
-    # range), else each partition's first and last window with data
+    # range) — in a stream's query over an INTERVAL trigger, the trigger's window — else each
+    # partition's first and last window with data
     spec = _interval_spec(window, scope, select)
     low, high = render.query_bounds()
     # (constants inside min/max: the bounds query aggregates, partitioned or not)
     first = f"min({spec.first_start(low)}L)" if low != _INT64_MIN else "min(__w)"
     last = f"max({spec.floor(high)}L)" if high != _INT64_MAX else "max(__w)"
+    stream = render.ctx.stream
+    if stream is not None and stream.window_label is not None:
+        inner = inner.replace(" FROM ", ", __trig._twstart AS __tws, __trig._twend AS __twe FROM ", 1)
+
+        def floor(ts: str) -> str:
+            return f"({ts} - pmod({ts} - {spec.offset}, {spec.sliding}))"
+
+        first = f"min({floor(f'__tws - {spec.interval}')} + {spec.sliding})"
+        last = f"max({floor('__twe - 1')})"
     bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg" + (
         f" GROUP BY {', '.join(keys)}" if keys else ""
     )
@@ -855,6 +865,9 @@ def _filled(
     for i, (sql, alias, _) in enumerate(items):
         if sql in pseudo:
             columns.append(f"{pseudo[sql]} AS {alias}")
+            continue
+        if sql.startswith("__trig."):  # a placeholder: the trigger's, in every window of it
+            columns.append(f"first(a.{alias}, true) OVER (PARTITION BY g.__p0) AS {alias}")
             continue
         if sql in partition_sql:
             columns.append(f"g.{keys[partition_sql.index(sql)]} AS {alias}")
@@ -880,6 +893,8 @@ def _filled(
             if kinds[i] == "int":  # an integer column stays integer (the interpolation truncated)
                 value = f"CAST({value} AS BIGINT)"
         columns.append(f"{value} AS {alias}")
+    if stream is not None:
+        columns.append("g.__p0 AS __tid")
     ordering = ", ".join([*(f"g.{k}" for k in keys), "g.__w"])
     return (
         f"WITH __agg AS ({inner}) SELECT {', '.join(columns)} FROM ({grid}) g LEFT JOIN __agg a ON {on} "
