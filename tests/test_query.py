@@ -248,6 +248,12 @@ def test_slimit_soffset_and_partition_by_without_aggregates(session: Session) ->
         ("c", 100),
         ("c", 200),
     ]
+    # with PARTITION BY, LIMIT/OFFSET slice each partition's rows
+    assert session.query("select tbname, v from st partition by tbname limit 1").rows == [
+        ("a", 1), ("b", 10), ("c", 100),
+    ]  # fmt: skip
+    latest = session.query("select _wstart, tbname, sum(v) from st partition by tbname interval(10s) limit 1 offset 1")
+    assert [(r[1], r[2]) for r in latest.rows] == [("a", 2), ("c", 200)]
     with pytest.raises(QueryError, match="SLIMIT/SOFFSET limit the groups"):
         session.query("select v from st slimit 1")
 

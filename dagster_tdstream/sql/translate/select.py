@@ -452,25 +452,30 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
             scope,
         )
     order = _order_by(select, scope, render, items, group_keys if is_aggregate else [], is_aggregate)
-    if stream is not None and (select.limit is not None or select.offset is not None):
-        # LIMIT/OFFSET apply per trigger: number the rows of each trigger and keep a slice
-        # a window function cannot see the select list's aliases: order by the expressions
+    sliced = select.slimit is not None or select.soffset is not None
+    if (select.limit is not None or select.offset is not None) and not sliced and (stream or select.partition_by):
+        # LIMIT/OFFSET apply per trigger and per partition (TDengine limits each partition's
+        # rows): number the rows of each and keep a slice; a window function cannot see the
+        # select list's aliases, so it orders by the expressions
         expressions = {alias: sql for sql, alias, _ in items}
         ranked = []
         for entry in order:
             head, _, tail = entry.partition(" ")
             ranked.append(f"{expressions.get(head, head)} {tail}".strip())
-        ranking = f"row_number() OVER (PARTITION BY __trig.__tid ORDER BY {', '.join(ranked) or '1'})"
+        keys = (["__trig.__tid"] if stream is not None else []) + [render.expr(e).sql for e in select.partition_by]
+        ranking = f"row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY {', '.join(ranked) or '1'})"
+        hidden = "".join(f", {key} AS __k{i}" for i, key in enumerate(keys))
         first = (select.offset or 0) + 1
         last = first + select.limit - 1 if select.limit is not None else None
-        parts[0] = parts[0].replace(" FROM ", f", {ranking} AS __rn FROM ", 1)
+        parts[0] = parts[0].replace(" FROM ", f", {ranking} AS __rn{hidden} FROM ", 1)
         bound = f"__rn >= {first}" + (f" AND __rn <= {last}" if last is not None else "")
-        columns = ", ".join([alias for _, alias, _ in items] + ["__tid"])
-        sql = f"SELECT {columns} FROM ({' '.join(parts)}) __ranked WHERE {bound} ORDER BY __tid, __rn"
+        columns = ", ".join([alias for _, alias, _ in items] + (["__tid"] if stream is not None else []))
+        ordering = ", ".join([*(f"__k{i}" for i in range(len(keys))), "__rn"])
+        sql = f"SELECT {columns} FROM ({' '.join(parts)}) __ranked WHERE {bound} ORDER BY {ordering}"
         return sql, [col for _, _, col in items], scope
     if stream is not None and "__trig.__tid" not in order:
         order.insert(0, "__trig.__tid")
-    if select.slimit is not None or select.soffset is not None:
+    if sliced:
         keys = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
         return _group_slice(select, parts, items, order, keys), [col for _, _, col in items], scope
     if order:
