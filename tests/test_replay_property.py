@@ -17,8 +17,15 @@ from hypothesis import strategies as st
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.parser import parse_statement
 from dagster_tdstream.sql.timeunits import resolve_timezone
-from dagster_tdstream.triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, WindowTrigger
-from dagster_tdstream.triggers.replay import EventTimeTrigger, replay
+from dagster_tdstream.triggers.engine import (
+    RECALC,
+    WINDOW_CLOSE,
+    WINDOW_INVALIDATION,
+    WINDOW_OPEN,
+    Change,
+    WindowTrigger,
+)
+from dagster_tdstream.triggers.replay import EventTimeTrigger, bucket_changes, replay
 from dagster_tdstream.triggers.rows import (
     CountTrigger,
     EventTrigger,
@@ -83,6 +90,8 @@ def _incremental(trigger: EventTimeTrigger, batches: list[list[tuple[int, Any, i
             kind = "update" if ts in table else "insert"
             table[ts] = RowChange(ts, "insert", {"s": s, "v": v})
             changes.append(RowChange(ts, kind, {"s": s, "v": v}))
+        if isinstance(trigger, WindowTrigger):  # the sensor hands INTERVAL times and kinds (tick.py)
+            changes = [Change(c.ts, c.kind) for c in changes]  # type: ignore[misc]
         fired = trigger.advance(state, changes)  # type: ignore[arg-type]
         if isinstance(trigger, RowWindowTrigger) and state.late_from is not None:  # type: ignore[union-attr]
             after = sorted(table.values(), key=lambda r: r.ts)
@@ -122,3 +131,33 @@ def test_any_batches_of_ordered_rows_give_the_bulk_windows(rows: list[Any], cuts
     ordered = sorted({ts: (ts, s, v) for ts, s, v in rows}.values())
     trigger = IN_ORDER_ONLY[name]
     assert _incremental(trigger, _split(ordered, cuts)) == _bulk(trigger, ordered)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stamps=st.lists(st.integers(0, 120), min_size=1, max_size=60),
+    interval=st.integers(1, 12),
+    sliding=st.integers(1, 12),
+    offset=st.integers(0, 11),
+    watermark=st.sampled_from([0, 3]),
+    ignore_nodata=st.booleans(),
+    opens=st.booleans(),
+)
+def test_interval_runs_replay_like_rows(
+    stamps: list[int], interval: int, sliding: int, offset: int, watermark: int, ignore_nodata: bool, opens: bool
+) -> None:
+    """FILL_HISTORY's INTERVAL path hands the state machine runs of rows sharing their
+    windows (``bucket_changes``), not rows: same triggers, in the same order, same state."""
+
+    sliding = min(sliding, interval)
+    spec = IntervalSpec(interval, sliding, offset % sliding)
+    events = (WINDOW_OPEN, WINDOW_CLOSE) if opens else (WINDOW_CLOSE,)
+    trigger = WindowTrigger(spec, watermark=watermark, ignore_nodata=ignore_nodata, events=events)
+    ordered = sorted(stamps)
+    runs: dict[tuple[int, int], list[int]] = {}
+    for ts in ordered:
+        runs.setdefault(spec.bucket(ts), []).append(ts)
+    by_row = replay(trigger, [Change(ts, "insert") for ts in ordered])
+    by_run = replay(trigger, bucket_changes((min(r), max(r), len(r)) for r in runs.values()))
+    assert by_run[0] == by_row[0]
+    assert by_run[1].to_json() == by_row[1].to_json()

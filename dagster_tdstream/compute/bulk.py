@@ -22,9 +22,9 @@ from ..errors import QueryError
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import table_frame
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import Fired
+from ..triggers.engine import Fired, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
-from ..triggers.replay import Admission, EventTimeTrigger, columns_read, replay
+from ..triggers.replay import Admission, EventTimeTrigger, TriggerState, bucket_changes, columns_read, replay
 from ..triggers.rows import RowChange
 from ..triggers.tick import group_identity, queue_row
 
@@ -37,6 +37,35 @@ _ALL = "__all"  # the single group of a stream without PARTITION BY
 class Derived:
     triggers: list[dict[str, Any]]  # queue rows, each with a run-local ``id``
     states: dict[str, dict[str, Any]]  # group key → final trigger state (checkpoint form), one per group
+
+
+def _output(key: str, fired: list[Fired], state: TriggerState) -> pa.Table:
+    """A group's triggers, then its final state, as the UDF's rows."""
+    out: dict[str, list[Any]] = {"group_key": [], "event": [], "wstart": [], "wend": [], "row_count": [], "detail": []}
+    for f in [*fired, Fired(_STATE, 0, 0, 0, state.to_json())]:
+        out["group_key"].append(key)
+        out["event"].append(f.event)
+        out["wstart"].append(f.start)
+        out["wend"].append(f.end)
+        out["row_count"].append(f.row_count)
+        out["detail"].append(json.dumps(f.detail, default=str))
+    return pa.table(out, schema=_ARROW_OUTPUT)
+
+
+def _group_key(data: pa.Table, group_columns: tuple[str, ...]) -> str:
+    values = [data.column(c)[0].as_py() for c in group_columns] if data.num_rows else []
+    return json.dumps(values, default=str)
+
+
+def _group_buckets(trigger: WindowTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
+    """The Arrow UDF for INTERVAL: one group's row runs (``replay.bucket_changes``) in."""
+
+    def per_group(data: pa.Table) -> pa.Table:
+        runs = zip(*(data.column(c).to_pylist() for c in ("__first", "__last", "__rows")), strict=True)
+        fired, state = replay(trigger, bucket_changes(runs))
+        return _output(_group_key(data, group_columns), fired, state)
+
+    return per_group
 
 
 def _group_windows(
@@ -60,20 +89,8 @@ def _group_windows(
             for ts, values in zip(stamps, records, strict=True)
             if admission.admits(ts, values)
         ]
-        values = [data.column(c)[0].as_py() for c in group_columns] if data.num_rows else []
-        key = json.dumps(values, default=str)
         fired, state = replay(trigger, rows)
-        out: dict[str, list[Any]] = {
-            "group_key": [], "event": [], "wstart": [], "wend": [], "row_count": [], "detail": []
-        }  # fmt: skip
-        for f in [*fired, Fired(_STATE, 0, 0, 0, state.to_json())]:
-            out["group_key"].append(key)
-            out["event"].append(f.event)
-            out["wstart"].append(f.start)
-            out["wend"].append(f.end)
-            out["row_count"].append(f.row_count)
-            out["detail"].append(json.dumps(f.detail, default=str))
-        return pa.table(out, schema=_ARROW_OUTPUT)
+        return _output(_group_key(data, group_columns), fired, state)
 
     return per_group
 
@@ -110,8 +127,21 @@ def derive_windows(
     columns = list(stream.group_columns)
     if not columns:
         frame, columns = frame.withColumn(_ALL, F.lit(0)), [_ALL]
-    udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
-    result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
+    if isinstance(trigger, WindowTrigger) and admission.pre_filter is None:
+        # INTERVAL: Spark counts the rows of each run sharing its windows; the state machine
+        # replays runs, not rows (same windows and state: ``replay.bucket_changes``)
+        pk = f"`{table.primary_key}`"
+        buckets = [F.expr(sql).alias(f"__bucket{i}") for i, sql in enumerate(trigger.spec.bucket_sql(pk))]
+        runs = frame.groupBy(*columns, *buckets).agg(
+            F.min(table.primary_key).alias("__first"),
+            F.max(table.primary_key).alias("__last"),
+            F.count(F.lit(1)).alias("__rows"),
+        )
+        udf = _group_buckets(trigger, stream.group_columns)
+        result = runs.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
+    else:
+        udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
+        result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     fired_at = time.time_ns()
     triggers: list[dict[str, Any]] = []
     states: dict[str, dict[str, Any]] = {}

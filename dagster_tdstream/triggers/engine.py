@@ -31,6 +31,9 @@ class Change:
 
     ts: int
     kind: str  # insert | update | delete
+    # the rows this change stands for: bulk paths hand over a run of in-order rows that share
+    # their windows as one change (0: a row that only moves the event time on)
+    weight: int = 1
 
 
 @dataclass(frozen=True)
@@ -141,12 +144,12 @@ class WindowTrigger:
                         recalculated.add(start)
                         fired.append(Fired(RECALC, start, self.spec.end(start), -1))
                     continue
-                if change.kind == "insert":
-                    count = state.counts.get(start, 0) + 1
-                    state.counts[start] = count
+                if change.kind == "insert" and change.weight:
+                    previous = state.counts.get(start, 0)
+                    state.counts[start] = previous + change.weight
                     if self.max_delay is not None:
                         state.opened_at.setdefault(start, now)
-                    if count == 1 and WINDOW_OPEN in self.events and start not in state.opened:
+                    if previous == 0 and WINDOW_OPEN in self.events and start not in state.opened:
                         state.opened.add(start)
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
         return fired

@@ -44,12 +44,22 @@ class IntervalSpec:
     def end(self, start: int) -> int:
         return start + self.interval
 
+    def bucket(self, ts: int) -> tuple[int, int]:
+        """Rows with equal buckets lie in exactly the same windows (``starts`` depends on
+        ``ts`` through these two floors only)."""
+        return self.floor(ts), self.floor(ts - self.interval)
+
+    def floor_sql(self, ts_sql: str) -> str:
+        return f"({ts_sql} - pmod({ts_sql} - {self.offset}, {self.sliding}))"
+
+    def bucket_sql(self, ts_sql: str) -> tuple[str, str]:
+        """``bucket`` in Spark SQL."""
+        return self.floor_sql(ts_sql), self.floor_sql(f"({ts_sql} - {self.interval})")
+
     def label_sql(self, ts_sql: str) -> str:
         """Spark SQL giving, for a row at ``ts_sql``, its window start(s); an ``explode`` when
         windows overlap, so the caller gets one row per (row, window)."""
-        floor = f"({ts_sql} - pmod({ts_sql} - {self.offset}, {self.sliding}))"
+        floor, shifted_floor = self.bucket_sql(ts_sql)
         if self.sliding == self.interval:
             return floor
-        shifted = f"({ts_sql} - {self.interval})"
-        first = f"({shifted} - pmod({shifted} - {self.offset}, {self.sliding}) + {self.sliding})"
-        return f"explode(sequence({first}, {floor}, CAST({self.sliding} AS BIGINT)))"
+        return f"explode(sequence({shifted_floor} + {self.sliding}, {floor}, CAST({self.sliding} AS BIGINT)))"
