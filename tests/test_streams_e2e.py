@@ -4,6 +4,7 @@ Dagster, exact output values worked out by hand; recalculation as partition runs
 from __future__ import annotations
 
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import AssetCheckResult, DagsterInstance, DagsterRunStatus, RunsFilter, materialize
@@ -12,7 +13,9 @@ from dagster._core.storage.tags import BACKFILL_ID_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from dagster_tdstream import Session, StreamHarness, StreamValidationError, Warehouse
+from dagster_tdstream.compute.run import stream_scope
 from dagster_tdstream.orchestration.assets import STREAM_TAG
+from dagster_tdstream.sql.translate import SourceTable, TranslationContext, translate_select
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.tick import advance_stream
 
@@ -492,3 +495,37 @@ def test_fill_inside_a_stream_query_fills_each_trigger_window(session: Session, 
     first = [(T + s * 1000, T, v) for s, v in ((0, None), (2, 1), (4, 1), (6, 7), (8, 7))]
     second = [(T + s * 1000, T + 10000, v) for s, v in ((10, None), (12, None), (14, 3), (16, 3), (18, 3))]
     assert output(session, "select * from filled") == first + second
+
+
+def test_trigger_windows_are_aggregated_before_the_join(session: Session, harness: StreamHarness) -> None:
+    """INTERVAL %%trows meet their triggers on (group, window): the data is aggregated per
+    key first, then joined. Empty windows keep TDengine's values (count 0, others NULL),
+    HAVING and placeholders beside aggregates work as in the join-first plan."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (2);"
+        "create stream s interval(10s) sliding(10s) from st partition by tbname into out as "
+        "select _twstart, count(*) n, hyperloglog(v) h, sum(v) + 1 total, _twend - _twstart span from %%trows;"
+        "create stream kept interval(10s) sliding(10s) from st partition by tbname into high as "
+        "select _twstart, avg(v) m from %%trows having avg(v) > 4;"
+        f"insert into a values ({T}, 1) ({T + 3000}, 7) ({T + 25000}, 2) ({T + 31000}, 0)"
+        f" b values ({T + 1000}, 9) ({T + 12000}, 5) ({T + 22000}, 4)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select _twstart, n, h, total, span from out")) == [
+        (T, 1, 1, 10, 10000), (T, 2, 2, 9, 10000),  # b, a
+        (T + 10000, 0, 0, None, 10000), (T + 10000, 1, 1, 6, 10000),  # a's empty window, b
+        (T + 20000, 1, 1, 3, 10000),  # a
+    ]  # fmt: skip
+    assert sorted(output(session, "select _twstart, m from high")) == [
+        (T, 9.0),
+        (T + 10000, 5.0),
+    ]  # a's first avg is 4: not > 4
+    stream = load_stream(session.warehouse, "d.s")
+    plan = translate_select(stream.stmt.query, TranslationContext(_unused, ZoneInfo("UTC"), 0, stream=stream_scope(
+        stream, "__triggers", SourceTable("d.st", "st_view", "super", stream.trigger_table.columns,
+                                          stream.trigger_table.tags, "ms"))))  # fmt: skip
+    assert "GROUP BY" in plan.sql.split("LEFT JOIN")[1], plan.sql  # the data side is aggregated before the join
+
+
+def _unused(name: object) -> SourceTable:
+    raise AssertionError(f"the stream query reads only %%trows, not {name}")

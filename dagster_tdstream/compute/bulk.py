@@ -26,7 +26,7 @@ from ..triggers.engine import Fired, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
 from ..triggers.replay import Admission, EventTimeTrigger, TriggerState, bucket_changes, columns_read, replay
 from ..triggers.rows import RowChange
-from ..triggers.tick import group_identity, queue_row
+from ..triggers.tick import group_identities, queue_record
 
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
@@ -143,17 +143,17 @@ def derive_windows(
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     fired_at = time.time_ns()
+    columns_out = {name: result.column(name).to_pylist() for name in result.column_names}
+    keys = list(dict.fromkeys(columns_out["group_key"]))
+    identities = dict(zip(keys, group_identities(warehouse, stream, [json.loads(k) for k in keys]), strict=True))
     triggers: list[dict[str, Any]] = []
     states: dict[str, dict[str, Any]] = {}
-    identities: dict[str, int] = {}
-    for row in result.to_pylist():
-        key = row["group_key"]
-        if row["event"] == _STATE:
-            states[key] = json.loads(row["detail"])
+    rows = zip(*(columns_out[n] for n in ("group_key", "event", "wstart", "wend", "row_count", "detail")), strict=True)
+    for key, event, start, end, row_count, detail in rows:
+        if event == _STATE:
+            states[key] = json.loads(detail)
             continue
-        values = json.loads(key)
-        if key not in identities:
-            identities[key] = group_identity(warehouse, stream, values)
-        fired = Fired(row["event"], row["wstart"], row["wend"], row["row_count"], json.loads(row["detail"]))
-        triggers.append({**queue_row(fired, values, identities[key], -1, fired_at), "id": len(triggers)})
+        # the UDF wrote the group values and the detail as JSON already: carried as they are
+        fired = Fired(event, start, end, row_count)
+        triggers.append({**queue_record(fired, key, detail, identities[key], -1, fired_at), "id": len(triggers)})
     return Derived(triggers, states)

@@ -9,6 +9,7 @@ primary key in one Delta commit. A NULL primary key drops the row, as in TDengin
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -259,4 +260,10 @@ def _child_for(
 
 
 def group_of(trigger: dict[str, Any]) -> Group:
-    return Group(tuple(json.loads(trigger["group_values"])), int(trigger["group_id"]))
+    return Group(_group_values(trigger["group_values"]), int(trigger["group_id"]))
+
+
+@functools.lru_cache(maxsize=65536)
+def _group_values(text: str) -> tuple[Any, ...]:
+    """A run's triggers share few groups: each group's JSON is decoded once."""
+    return tuple(json.loads(text))

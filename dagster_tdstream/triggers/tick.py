@@ -52,13 +52,23 @@ def group_hash(values: list[Any]) -> int:
 def group_identity(warehouse: Warehouse, stream: StreamDefinition, values: list[Any]) -> int:
     """A group's id (``_tgrpid``, the notification ``groupId``): the child table's uid when the
     stream groups by tbname, as TDengine reports it, otherwise a stable hash of the values."""
+    return group_identities(warehouse, stream, [values])[0]
+
+
+def group_identities(warehouse: Warehouse, stream: StreamDefinition, groups: list[list[Any]]) -> list[int]:
+    """``group_identity`` of many groups, the child tables looked up in one catalog read."""
     table = stream.trigger_table
-    if "tbname" in stream.group_columns and table is not None:
-        name = values[stream.group_columns.index("tbname")]
-        info = table if table.kind != "super" else warehouse.find_table(table.db, name)
-        if info is not None:
-            return info.uid
-    return group_hash(values)
+    if "tbname" not in stream.group_columns or table is None:
+        return [group_hash(values) for values in groups]
+    position = stream.group_columns.index("tbname")
+    if table.kind != "super":
+        return [table.uid for _ in groups]
+    if len(groups) == 1:
+        found = warehouse.find_table(table.db, groups[0][position])
+        uids = {found.name: found.uid} if found is not None else {}
+    else:
+        uids = {child.name: child.uid for child in warehouse.catalog.child_tables(table.db, table.name)}
+    return [uids[values[position]] if values[position] in uids else group_hash(values) for values in groups]
 
 
 def advance_stream(
@@ -206,15 +216,24 @@ def _unexpired(changes: list[RowChange], newest: int | None, expiry: int) -> lis
 
 def queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired_at: int) -> dict[str, Any]:
     """A fired trigger as a queue row (also the shape recalculation hands to a run)."""
+    values_json, detail_json = json.dumps(values, default=str), json.dumps(fired.detail, default=str)
+    return queue_record(fired, values_json, detail_json, group_id, offset, fired_at)
+
+
+def queue_record(
+    fired: Fired, values_json: str, detail_json: str, group_id: int, offset: int, fired_at: int
+) -> dict[str, Any]:
+    """``queue_row`` with the group values and the detail already JSON (bulk paths carry them
+    so from Spark: no decoding and encoding again per trigger)."""
     return {
         "trigger_id": f"{group_id}:{fired.start}",
         "event": fired.event,
         "group_id": group_id,
-        "group_values": json.dumps(values, default=str),
+        "group_values": values_json,
         "wstart": fired.start,
         "wend": fired.end,
         "row_count": fired.row_count,
-        "detail": json.dumps(fired.detail, default=str),
+        "detail": detail_json,
         "offset": offset,
         "fired_at": fired_at,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from zoneinfo import ZoneInfo
@@ -475,6 +476,10 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         return sql, [col for _, _, col in items], scope
     if stream is not None and "__trig.__tid" not in order:
         order.insert(0, "__trig.__tid")
+    if stream is not None and is_aggregate and scope.base is not None:
+        early = _aggregated_before_join(select, scope, render, items, where_sql, order, stream)
+        if early is not None:
+            return early, [col for _, _, col in items], scope
     if sliced:
         keys = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
         return _group_slice(select, parts, items, order, keys), [col for _, _, col in items], scope
@@ -485,6 +490,71 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+_TRIGGER_EQUALITY = re.compile(r"(.+) (<=>|=) (__trig\.\w+)")
+_DATA_COLUMN = re.compile(r"\bd\.(?!__a\d+\b)")
+
+
+def _aggregated_before_join(
+    select: ast.Select,
+    scope: _Scope,
+    render: _Renderer,
+    items: list[tuple[str, str, OutputColumn]],
+    where_sql: str | None,
+    order: list[str],
+    stream: StreamScope,
+) -> str | None:
+    """A stream query whose triggers meet the data on equalities only (``%%trows`` of INTERVAL
+    windows: group and window label; ``%%tbname``; a subquery's trigger id) and whose data
+    appears only inside aggregates is computed aggregate-first: the data grouped by those keys
+    (Spark aggregates partially before its shuffle), then joined to the triggers — one row per
+    key instead of every data row crossing the join. A trigger without data keeps its row
+    (count 0, other aggregates NULL). Other shapes: None, and the join-then-aggregate plan."""
+    if select.window is not None or select.partition_by or select.group_by or select.distinct:
+        return None
+    if select.limit is not None or select.offset is not None or not render.aggregates:
+        return None
+    keys: list[tuple[str, str, str]] = []  # (data side, operator, trigger column)
+    filters = [where_sql] if where_sql else []
+    for condition in scope.trigger_join:
+        if "__trig." not in condition:
+            filters.append(condition)
+            continue
+        match = _TRIGGER_EQUALITY.fullmatch(condition)
+        if match is None or "__trig." in match.group(1):
+            return None
+        keys.append((match.group(1), match.group(2), match.group(3)))
+    aggregates = sorted(render.aggregates, key=len, reverse=True)  # longest first: none is part of another
+    if any("__trig." in sql or "explode(" in sql for sql in [*aggregates, *filters]):
+        return None
+    columns = {sql: f"__a{i}" for i, sql in enumerate(aggregates)}
+
+    def lifted(sql: str) -> str:
+        for aggregate in aggregates:
+            empty = render.aggregates[aggregate]
+            column = f"d.{columns[aggregate]}"
+            sql = sql.replace(aggregate, f"coalesce({column}, {empty})" if empty else column)
+        return sql
+
+    select_list = [f"{lifted(sql)} AS {alias}" for sql, alias, _ in items]
+    having = lifted(render.condition(select.having)) if select.having is not None else None
+    ordering = [lifted(entry) for entry in order]
+    if any(_DATA_COLUMN.search(sql) for sql in [*select_list, *ordering, *([having] if having else [])]):
+        return None  # data outside an aggregate (a companion, a data column): join first
+    key_select = [f"{data} AS __k{i}" for i, (data, _, _) in enumerate(keys)]
+    inner = f"SELECT {', '.join([*key_select, *(f'{sql} AS {name}' for sql, name in columns.items())])} "
+    inner += f"FROM {_data_relation(scope)}" + (f" WHERE {' AND '.join(filters)}" if filters else "")
+    if keys:
+        inner += " GROUP BY " + ", ".join(data for data, _, _ in keys)
+    on = " AND ".join(f"{trigger} {op} d.__k{i}" for i, (_, op, trigger) in enumerate(keys)) or "TRUE"
+    sql = (
+        f"SELECT {', '.join(select_list)}, __trig.__tid AS __tid FROM {quote_ident(stream.triggers_view)} __trig "
+        f"LEFT JOIN ({inner}) d ON {on}"
+    )
+    if having:
+        sql += f" WHERE {having}"
+    return sql + " ORDER BY " + ", ".join(ordering)
 
 
 def _output_name(item: ast.SelectItem) -> str:
@@ -1033,6 +1103,7 @@ class _Renderer:
         self.ctx = ctx
         self.saw_aggregate = False
         self.where: ast.Expr | None = None  # the query's WHERE, for _qstart/_qend
+        self.aggregates: dict[str, str | None] = {}  # each aggregate's SQL → its value over no rows
         self.now = ctx.now_ns // PRECISIONS[scope.precision] if ctx.now_ns else now_in(scope.precision)
 
     def _query_range(self, name: str) -> _Typed:
@@ -1275,7 +1346,10 @@ class _Renderer:
             local_offset = self._utc_offset(self.now)
             return _Typed(f"{(self.now + local_offset) // day * day - local_offset}L", "ts")
         if name in AGGREGATES:
-            return self._aggregate(expr)
+            typed = self._aggregate(expr)
+            # what the aggregate is over no rows, where Spark's value over none is not NULL
+            self.aggregates[typed.sql] = {"count": "0", "hyperloglog": "0", "irate": "0.0"}.get(name)
+            return typed
         if name in TIME_FUNCTIONS:
             return self._time_function(expr)
         if name in SERIES_FUNCTIONS:  # handled by _series_query when it is a whole select item
