@@ -5,7 +5,8 @@ Owns executing what ``sql.translate`` produced: first the views of its row windo
 applied), grouped by the query's PARTITION BY, each group's rows sent through
 ``triggers.replay.query_windows`` in an Arrow UDF, so a query's windows are exactly the
 windows a stream trigger closes over the same rows, each row out once per window holding it
-with the window's number and bounds — then the SQL that aggregates them. Reads only; Spark's
+with the window's number and bounds — then the query's parameters (constants of the batch,
+such as a range join's bucket width), then the SQL that aggregates them. Reads only; Spark's
 errors become QueryErrors without a JVM stack.
 """
 
@@ -33,7 +34,11 @@ def run_query(spark: Any, views: SparkViews, translated: TranslatedQuery) -> pa.
     try:
         for plan in translated.row_windows:
             views.register_as(_labelled(spark, plan), plan.view)
-        return spark.sql(translated.sql).toArrow()
+        sql = translated.sql
+        for name, scalar in translated.parameters:
+            value = spark.sql(scalar).collect()[0][0]
+            sql = sql.replace(name, "NULL" if value is None else repr(value))
+        return spark.sql(sql).toArrow()
     except QueryError:
         raise
     except Exception as exc:

@@ -62,6 +62,8 @@ class TranslatedQuery:
     precision: str
     tables: tuple[SourceTable, ...]
     row_windows: tuple[RowWindowPlan, ...] = ()  # registered in this order (inner queries first)
+    # (placeholder in ``sql``, scalar SQL giving its value): evaluated and substituted first
+    parameters: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,18 @@ class TranslationContext:
     now_ns: int | None = None
     stream: StreamScope | None = None
     row_windows: list[RowWindowPlan] = field(default_factory=list)
+    parameters: list[tuple[str, str]] = field(default_factory=list)
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
         return f"__{prefix}{next(self._names)}"
+
+    def parameter(self, scalar_sql: str) -> str:
+        """A placeholder for the value of ``scalar_sql`` (one row, one column), which the
+        caller evaluates and substitutes before running the query."""
+        name = f"__parameter{len(self.parameters)}__"
+        self.parameters.append((name, scalar_sql))
+        return name
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,9 @@ def _error(message: str, node: ast.Expr | ast.Select | None = None) -> QueryErro
 
 def translate_select(select: ast.Select, ctx: TranslationContext) -> TranslatedQuery:
     sql, columns, scope = _translate(select, ctx)
-    return TranslatedQuery(sql, tuple(columns), scope.precision, scope.tables, tuple(ctx.row_windows))
+    return TranslatedQuery(
+        sql, tuple(columns), scope.precision, scope.tables, tuple(ctx.row_windows), tuple(ctx.parameters)
+    )
 
 
 def _table_scope(table: SourceTable) -> _Scope:
@@ -427,7 +439,15 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         else:
             # the WHERE joins data to triggers: a trigger whose window holds no rows still
             # gets its row (count(*) = 0), as TDengine computes every fired trigger
-            on = " AND ".join([*scope.trigger_join, *([where_sql] if where_sql else [])]) or "TRUE"
+            conditions = [*scope.trigger_join, *([where_sql] if where_sql else [])]
+            # (a trigger in two buckets meets NULL data twice: harmless grouped, or filtered out)
+            bucketed = (
+                None if stream.force_output and not is_aggregate else _range_buckets(select, scope, render, stream)
+            )
+            if bucketed is not None:
+                triggers, bucket_match = bucketed
+                conditions.append(bucket_match)
+            on = " AND ".join(conditions) or "TRUE"
             relation, filter_sql = f"{triggers} LEFT JOIN {_data_relation(scope)} ON {on}", None
             if not stream.force_output and not is_aggregate:
                 filter_sql = "d.__m IS NOT NULL"  # rows only where the trigger matched data
@@ -490,6 +510,63 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     if select.offset is not None:
         parts.append(f"OFFSET {select.offset}")
     return " ".join(parts), [col for _, _, col in items], scope
+
+
+_PK_BOUND = re.compile(r"\(?(.+?) (>=|>|<=|<) (.+?)\)?")
+_FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
+
+
+def _balanced(sql: str) -> bool:
+    """Whether ``sql`` is one expression as far as parentheses go (never closes more than
+    it opened): so ``a) OR (b`` is not taken for a bound."""
+    depth = 0
+    for char in sql:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _range_buckets(select: ast.Select, scope: _Scope, render: _Renderer, stream: StreamScope) -> tuple[str, str] | None:
+    """Triggers that bound the data's timestamp from both sides with their own values
+    (``ts >= _twstart AND ts < _twend`` on another table, a row window's ``%%trows``, a
+    SLIDING point's rows) meet the data on a range: left alone, Spark compares every row with
+    every trigger. Both sides get a bucket — the trigger every bucket its range touches, a row
+    the one its timestamp falls in, buckets as wide as the widest range of the batch — and the
+    join gains the equality on it (a hash join), the range conditions still deciding. Returns
+    (the bucketed triggers relation, the bucket equality), or None without two such bounds."""
+    conditions = list(scope.trigger_join)
+    pending = [select.where] if select.where is not None else []
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Binary) and node.op == "AND":
+            pending += [node.left, node.right]
+        else:
+            conditions.append(render.condition(node))
+    low = high = None
+    for condition in conditions:
+        match = _PK_BOUND.fullmatch(condition)
+        if match is None:
+            continue
+        left, op, right = match.groups()
+        if right == scope.pk:
+            left, op, right = right, _FLIPPED[op], left
+        if left != scope.pk or "__trig." not in right or _DATA_COLUMN.search(right) or not _balanced(right):
+            continue  # not the timestamp against the trigger's own values alone
+        if op in (">=", ">"):
+            low = right
+        else:
+            high = right
+    if low is None or high is None:
+        return None
+    view = quote_ident(stream.triggers_view)
+    # the width is a constant of the batch, evaluated before the query (``parameters``): a
+    # scalar subquery inside the join trips Spark ("Subquery … has not finished")
+    width = render.ctx.parameter(f"SELECT greatest(max({high} - {low}), 1) FROM {view} __trig")
+    # explode_outer: a trigger without bounds (an open window has no end yet) keeps its row
+    buckets = f"explode_outer(sequence(floor({low} / {width}), floor({high} / {width})))"
+    triggers = f"(SELECT __trig.*, {buckets} AS __bucket FROM {view} __trig) __trig"
+    return triggers, f"floor({scope.pk} / {width}) = __trig.__bucket"
 
 
 _TRIGGER_EQUALITY = re.compile(r"(.+) (<=>|=) (__trig\.\w+)")
