@@ -143,8 +143,13 @@ def test_query_errors_name_the_position_and_alternatives(session: Session) -> No
         session.query("select interp(current) from d1001")
     with pytest.raises(QueryError, match="_wstart needs a window clause"):
         session.query("select _wstart, count(*) from d1001")
-    with pytest.raises(QueryError, match="query failed in Spark"):
-        session.query("select voltage, count(*) from d1001")
+    with pytest.raises(QueryError) as loose:
+        session.query("select count(*),\n  voltage from d1001")
+    assert (loose.value.line, loose.value.column) == (2, 3)
+    assert "voltage is neither aggregated nor grouped" in str(loose.value)
+    with pytest.raises(QueryError, match="ts is neither aggregated nor grouped"):
+        session.query("select max(voltage), min(voltage), ts from d1001")  # two selectors: no companion
+    assert session.query("select max(voltage), ts from d1001").rows[0][0] == 220  # one selector: its row's ts
 
 
 def test_interval_fill_modes(session: Session) -> None:

@@ -14,6 +14,7 @@ from ...triggers.replay import STATE_VALUE, QueryRowWindow, counted_value, end_f
 from ...triggers.windows import IntervalSpec
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
+from ..walk import walk
 from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 
 SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *TIME_FUNCTIONS, *SERIES_FUNCTIONS, *OTHER)))
@@ -423,7 +424,9 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
     # PARTITION BY alone does not aggregate: without aggregates or a window it only orders rows
     is_aggregate = bool(select.group_by) or window is not None or render.saw_aggregate
     if is_aggregate:
+        plain = list(items)
         items = _with_companions(select, items, group_keys, render)
+        _check_grouped(select, plain, items, group_keys)
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
     if stream is not None:
         select_list += ", __trig.__tid AS __tid"
@@ -632,6 +635,36 @@ def _aggregated_before_join(
     if having:
         sql += f" WHERE {having}"
     return sql + " ORDER BY " + ", ".join(ordering)
+
+
+_DATA_REFERENCE = re.compile(r"\bd\.(`(?:[^`]|``)+`|\w+)")
+
+
+def _check_grouped(
+    select: ast.Select,
+    before: list[tuple[str, str, OutputColumn]],
+    after: list[tuple[str, str, OutputColumn]],
+    group_keys: list[str],
+) -> None:
+    """In an aggregate query a select item reads the data only through aggregates, the
+    grouping (PARTITION BY, GROUP BY, the window) or as the companion of one selector; anything
+    else is rejected here, with its position, rather than failing in Spark."""
+    grouped = {ref for key in group_keys for ref in _DATA_REFERENCE.findall(key)}
+    for index, ((sql, _, _), (now, _, _)) in enumerate(zip(before, after, strict=True)):
+        item = select.items[index] if index < len(select.items) else None
+        if item is None or isinstance(item.expr, ast.Star) or sql != now or _contains_aggregate(item.expr):
+            continue
+        loose = [ref for ref in _DATA_REFERENCE.findall(sql) if ref not in grouped]
+        if loose:
+            raise _error(
+                f"{item.text} is neither aggregated nor grouped: put it inside an aggregate, in PARTITION BY or "
+                "GROUP BY, or beside exactly one selector (max, min, first, last, last_row)",
+                item.expr,
+            )
+
+
+def _contains_aggregate(expr: ast.Expr) -> bool:
+    return any(isinstance(node, ast.Func) and node.name in AGGREGATES for node in walk(expr))
 
 
 def _output_name(item: ast.SelectItem) -> str:
