@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pyarrow as pa
 import pytest
 
@@ -299,3 +301,46 @@ def test_join_errors(session: Session) -> None:
         session.query("select a.v from temp a join hum b on a.v = b.v")
     with pytest.raises(QueryError, match=r"add a\.ts = b\.ts to its WHERE"):
         session.query("select a.v from temp a, hum b")
+
+
+def test_calendar_intervals_and_month_arithmetic(warehouse: object, spark: object) -> None:
+    """INTERVAL(1n/3n/1y): natural months, quarters and years of the session time zone; a
+    window is as long as its month. ts + 1n keeps the day, clamped to the month's length."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from dagster_tdstream.compute.spark import LazySpark
+
+    def ms(text: str) -> int:
+        return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+    stamps = ["2024-01-15 10:00:00", "2024-01-31 12:00:00", "2024-02-10 00:00:00", "2024-03-31 23:00:00",
+              "2024-05-02 00:00:00"]  # fmt: skip
+    for zone, months in (("UTC", ["2024-01", "2024-02", "2024-03", "2024-05"]), ("Asia/Shanghai", None)):
+        session = Session(warehouse, timezone=zone, spark=LazySpark(session=spark))  # type: ignore[arg-type]
+        db = "cal_" + zone.replace("/", "_").lower()
+        session.execute(f"create database {db}; use {db}; create table t (ts timestamp, v int)")
+        session.execute("insert into t values " + " ".join(f"({ms(s)}, {i + 1})" for i, s in enumerate(stamps)))
+        rows = session.query("select _wstart, _wend, _wduration, count(*), sum(v) from t interval(1n)").rows
+        local = [r[0].astimezone(ZoneInfo(zone)) for r in rows]
+        assert all((w.day, w.hour, w.minute) == (1, 0, 0) for w in local)  # local midnight of the 1st
+        if months is not None:
+            assert [w.strftime("%Y-%m") for w in local] == months
+            assert [(r[2], r[3], r[4]) for r in rows] == [
+                (31 * 86_400_000, 2, 3), (29 * 86_400_000, 1, 3), (31 * 86_400_000, 1, 4), (31 * 86_400_000, 1, 5),
+            ]  # fmt: skip
+        else:  # 2024-03-31 23:00 UTC is April 1st in Shanghai
+            assert [w.strftime("%Y-%m") for w in local] == ["2024-01", "2024-02", "2024-04", "2024-05"]
+        quarters = session.query("select _wstart, count(*) from t interval(3n)").rows
+        assert [(q[0].astimezone(ZoneInfo(zone)).month, q[1]) for q in quarters] == (
+            [(1, 4), (4, 1)] if months is not None else [(1, 3), (4, 2)]
+        )
+        assert session.query("select count(*) from t interval(1y)").rows == [(5,)]
+    session = Session(warehouse, timezone="UTC", spark=LazySpark(session=spark))  # type: ignore[arg-type]
+    session.execute("use cal_utc")
+    shifted = session.query(f"select ts + 1n, ts - 1y from t where ts = {ms('2024-01-31 12:00:00')}").rows
+    assert [(a.isoformat(), b.isoformat()) for a, b in shifted] == [
+        ("2024-02-29T12:00:00+00:00", "2023-01-31T12:00:00+00:00")
+    ]
+    with pytest.raises(QueryError, match="no SLIDING of another length"):
+        session.query("select count(*) from t interval(1n) sliding(1d)")

@@ -380,9 +380,11 @@ def _translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[O
         raise _error("a window query selects aggregates, selectors and window pseudo-columns, not *", select)
     if window is not None and not isinstance(window, ast.IntervalWindow):
         _row_windows(select, window, scope, render, ctx)
+    elif window is not None and scope.pk is None:
+        raise _error("INTERVAL needs a table with a timestamp primary key", select)
+    elif window is not None and (window.interval.is_calendar or (window.sliding and window.sliding.is_calendar)):
+        _calendar_windows(select, window, scope, render)
     elif window is not None:
-        if scope.pk is None:
-            raise _error("INTERVAL needs a table with a timestamp primary key", select)
         interval = render.duration(window.interval, select)
         scope.window = window
         scope.window_sql = {
@@ -1154,9 +1156,32 @@ def _row_windows(
     scope.window_sql = {"_wstart": "d.__qw", "_wend": "d.__qwe", "_wduration": "(d.__qwe - d.__qw)"}
 
 
+def _calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: _Scope, render: _Renderer) -> None:
+    """INTERVAL(k n) / INTERVAL(k y): natural months and years of the session time zone,
+    counted from January 1970 (so 3n windows are quarters, 1y windows calendar years); a
+    window ends where the next begins, so its length follows the calendar."""
+    months = window.interval.months if window.interval.is_calendar else 0
+    if not months or (window.sliding is not None and window.sliding != window.interval):
+        raise _error(
+            "a calendar INTERVAL (n, y) takes no SLIDING of another length, and a calendar SLIDING needs one", select
+        )
+    if window.offset is not None:
+        raise _error("a calendar INTERVAL (n, y) takes no offset", select)
+    if window.fill is not None and window.fill.mode != "NONE":
+        raise _error("FILL over calendar INTERVAL windows (n, y) is not supported yet", select)
+    assert scope.pk is not None
+    local = render._local(scope.pk.removeprefix("d."))
+    month = f"((year({local}) - 1970) * 12 + month({local}) - 1)"
+    scope.window = window
+    scope.window_sql = {
+        "label": render.month_start(f"({month} - pmod({month}, {months}))"),
+        "_wstart": "d.__qw",
+        "_wend": render.shift_months("d.__qw", months),
+        "_wduration": f"({render.shift_months('d.__qw', months)} - d.__qw)",
+    }
+
+
 def _interval_spec(window: ast.IntervalWindow, scope: _Scope, select: ast.Select) -> IntervalSpec:
-    if window.interval.is_calendar or (window.sliding is not None and window.sliding.is_calendar):
-        raise _error("calendar INTERVAL units (n, y) are not supported yet in queries", select)
     try:
         spec = IntervalSpec.from_durations(
             window.interval, window.sliding or window.interval, window.offset, scope.precision
@@ -1361,6 +1386,21 @@ class _Renderer:
         return _Typed(f"({expr.op}{inner.sql})", inner.kind, inner.aggregate)
 
     def _binary(self, expr: ast.Binary) -> _Typed:
+        calendar = next(
+            (
+                side
+                for side in (expr.right, expr.left)
+                if isinstance(side, ast.DurationLiteral) and side.duration.is_calendar
+            ),
+            None,
+        )
+        if calendar is not None and expr.op in ("+", "-") and not (expr.op == "-" and calendar is expr.left):
+            # ts ± 1n / 1y: a calendar step on the session time zone's calendar
+            other = self.expr(expr.left if calendar is expr.right else expr.right)
+            if other.kind != "ts":
+                raise _error(f"a calendar duration ({calendar.duration}) is added to a timestamp", expr)
+            months = calendar.duration.months * (-1 if expr.op == "-" else 1)  # type: ignore[union-attr]
+            return _Typed(self.shift_months(other.sql, months), "ts", other.aggregate)
         left, right = self.expr(expr.left), self.expr(expr.right)
         agg = left.aggregate or right.aggregate
         op = expr.op
@@ -1590,6 +1630,21 @@ class _Renderer:
                 pieces.append((text[i], "", True, ""))
                 i += 1
         return pieces
+
+    def month_start(self, month_index_sql: str) -> str:
+        """The start of month ``index`` (months since January 1970) at midnight of the session
+        time zone, as a timestamp value in the precision."""
+        year = f"CAST(1970 + floor({month_index_sql} / 12) AS INT)"
+        local = f"make_timestamp({year}, CAST(pmod({month_index_sql}, 12) + 1 AS INT), 1, 0, 0, 0)"
+        return self._from_micros(f"unix_micros(to_utc_timestamp({local}, '{self.ctx.timezone.key}'))")
+
+    def shift_months(self, ts_sql: str, months: int | str) -> str:
+        """``ts`` moved by whole months on the session time zone's calendar (TDengine's ``n``
+        and ``y``): the same day and time of day, the day clamped to the month's length."""
+        local = self._local(ts_sql)
+        moved = f"timestamp_micros(unix_micros({local}) - unix_micros(CAST(to_date({local}) AS TIMESTAMP)) + "
+        moved += f"unix_micros(CAST(add_months(to_date({local}), {months}) AS TIMESTAMP)))"
+        return self._from_micros(f"unix_micros(to_utc_timestamp({moved}, '{self.ctx.timezone.key}'))")
 
     def _from_micros(self, micros_sql: str) -> str:
         """Microseconds since the epoch (Spark's unit) as a timestamp value in the precision."""
