@@ -529,3 +529,33 @@ def test_trigger_windows_are_aggregated_before_the_join(session: Session, harnes
 
 def _unused(name: object) -> SourceTable:
     raise AssertionError(f"the stream query reads only %%trows, not {name}")
+
+
+def test_a_time_range_on_another_table_joins_the_broadcast_triggers(session: Session, harness: StreamHarness) -> None:
+    """``ts >= _twstart - 5s AND ts < _twend`` on another table: the data meets the broadcast
+    triggers on buckets of time, aggregated per trigger before the triggers are joined back
+    (a window with no rows in range still gets its row)."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table q (ts timestamp, x int);"
+        f"insert into q values ({T - 4000}, 1) ({T + 2000}, 2) ({T + 9999}, 4) ({T + 15000}, 8) ({T + 40000}, 16);"
+        "create stream s interval(10s) sliding(10s) from a into out as "
+        "select _twstart, count(*) n, sum(x) total from q where ts >= _twstart - 5s and ts < _twend"
+    )
+    session.execute(f"insert into a values ({T + 1000}, 1) ({T + 31000}, 1)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [
+        (T, 3, 7), (T + 10000, 2, 12), (T + 20000, 1, 8),  # [T-5s, T+10s), [T+5s, T+20s), [T+15s, T+30s)
+    ]  # fmt: skip
+    stream = load_stream(session.warehouse, "d.s")
+    q = session.warehouse.table("d", "q")
+
+    def resolve(name: object) -> SourceTable:
+        return SourceTable("d.q", "q_view", "normal", q.columns, (), "ms")
+
+    trigger = stream.trigger_table
+    assert trigger is not None
+    source = SourceTable("d.a", "a_view", "child", trigger.columns, trigger.tags, "ms")
+    scope = stream_scope(stream, "__triggers", source)
+    plan = translate_select(stream.stmt.query, TranslationContext(resolve, ZoneInfo("UTC"), 0, stream=scope))
+    assert "BROADCAST(__trig)" in plan.sql and "__bucket" in plan.sql, plan.sql
+    assert len(plan.parameters) == 1  # the bucket width, evaluated before the query

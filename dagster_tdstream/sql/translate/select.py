@@ -108,7 +108,10 @@ class TranslationContext:
 
     def parameter(self, scalar_sql: str) -> str:
         """A placeholder for the value of ``scalar_sql`` (one row, one column), which the
-        caller evaluates and substitutes before running the query."""
+        caller evaluates and substitutes before running the query (one per distinct SQL)."""
+        for name, known in self.parameters:
+            if known == scalar_sql:
+                return name
         name = f"__parameter{len(self.parameters)}__"
         self.parameters.append((name, scalar_sql))
         return name
@@ -587,28 +590,37 @@ def _aggregated_before_join(
     order: list[str],
     stream: StreamScope,
 ) -> str | None:
-    """A stream query whose triggers meet the data on equalities only (``%%trows`` of INTERVAL
-    windows: group and window label; ``%%tbname``; a subquery's trigger id) and whose data
-    appears only inside aggregates is computed aggregate-first: the data grouped by those keys
-    (Spark aggregates partially before its shuffle), then joined to the triggers — one row per
-    key instead of every data row crossing the join. A trigger without data keeps its row
-    (count 0, other aggregates NULL). Other shapes: None, and the join-then-aggregate plan."""
+    """A stream query whose data appears only inside aggregates is computed aggregate-first,
+    then left-joined to the triggers on its keys — one row per key crosses that join instead of
+    every data row, and a trigger without data keeps its row (count 0, other aggregates NULL):
+
+    - triggers meeting the data on equalities only (``%%trows`` of INTERVAL windows: group and
+      window label; ``%%tbname``; a subquery's trigger id): the data grouped by those keys,
+      without the triggers at all (Spark aggregates partially before its shuffle);
+    - any other condition (``ts >= _twstart AND ts < _twend`` on another table, a row window's
+      ``%%trows``): the data inner-joined to the *broadcast* triggers (bucketed when a range
+      bounds the timestamp, ``_range_buckets``), grouped by trigger.
+
+    Other shapes: None, and the join-then-aggregate plan."""
     if select.window is not None or select.partition_by or select.group_by or select.distinct:
         return None
     if select.limit is not None or select.offset is not None or not render.aggregates:
         return None
     keys: list[tuple[str, str, str]] = []  # (data side, operator, trigger column)
     filters = [where_sql] if where_sql else []
+    equalities = True
     for condition in scope.trigger_join:
+        match = _TRIGGER_EQUALITY.fullmatch(condition)
         if "__trig." not in condition:
             filters.append(condition)
-            continue
-        match = _TRIGGER_EQUALITY.fullmatch(condition)
-        if match is None or "__trig." in match.group(1):
-            return None
-        keys.append((match.group(1), match.group(2), match.group(3)))
+        elif match is None or "__trig." in match.group(1):
+            equalities = False
+        else:
+            keys.append((match.group(1), match.group(2), match.group(3)))
+    if any("__trig." in sql for sql in filters):
+        equalities = False
     aggregates = sorted(render.aggregates, key=len, reverse=True)  # longest first: none is part of another
-    if any("__trig." in sql or "explode(" in sql for sql in [*aggregates, *filters]):
+    if any("explode(" in sql or (equalities and "__trig." in sql) for sql in aggregates):
         return None
     columns = {sql: f"__a{i}" for i, sql in enumerate(aggregates)}
 
@@ -624,12 +636,25 @@ def _aggregated_before_join(
     ordering = [lifted(entry) for entry in order]
     if any(_DATA_COLUMN.search(sql) for sql in [*select_list, *ordering, *([having] if having else [])]):
         return None  # data outside an aggregate (a companion, a data column): join first
-    key_select = [f"{data} AS __k{i}" for i, (data, _, _) in enumerate(keys)]
-    inner = f"SELECT {', '.join([*key_select, *(f'{sql} AS {name}' for sql, name in columns.items())])} "
-    inner += f"FROM {_data_relation(scope)}" + (f" WHERE {' AND '.join(filters)}" if filters else "")
-    if keys:
-        inner += " GROUP BY " + ", ".join(data for data, _, _ in keys)
-    on = " AND ".join(f"{trigger} {op} d.__k{i}" for i, (_, op, trigger) in enumerate(keys)) or "TRUE"
+    computed = ", ".join(f"{sql} AS {name}" for sql, name in columns.items())
+    if equalities:
+        key_select = "".join(f"{data} AS __k{i}, " for i, (data, _, _) in enumerate(keys))
+        inner = f"SELECT {key_select}{computed} FROM {_data_relation(scope)}"
+        inner += f" WHERE {' AND '.join(filters)}" if filters else ""
+        inner += (" GROUP BY " + ", ".join(data for data, _, _ in keys)) if keys else ""
+        on = " AND ".join(f"{trigger} {op} d.__k{i}" for i, (_, op, trigger) in enumerate(keys)) or "TRUE"
+    else:
+        triggers = f"{quote_ident(stream.triggers_view)} __trig"
+        conditions = [*scope.trigger_join, *filters]
+        bucketed = _range_buckets(select, scope, render, stream)
+        if bucketed is not None:
+            triggers, bucket_match = bucketed
+            conditions.append(bucket_match)
+        inner = (
+            f"SELECT /*+ BROADCAST(__trig) */ __trig.__tid AS __k0, {computed} FROM {_data_relation(scope)} "
+            f"JOIN {triggers} ON {' AND '.join(conditions)} GROUP BY __trig.__tid"
+        )
+        on = "__trig.__tid = d.__k0"
     sql = (
         f"SELECT {', '.join(select_list)}, __trig.__tid AS __tid FROM {quote_ident(stream.triggers_view)} __trig "
         f"LEFT JOIN ({inner}) d ON {on}"
