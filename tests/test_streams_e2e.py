@@ -559,3 +559,18 @@ def test_a_time_range_on_another_table_joins_the_broadcast_triggers(session: Ses
     plan = translate_select(stream.stmt.query, TranslationContext(resolve, ZoneInfo("UTC"), 0, stream=scope))
     assert "BROADCAST(__trig)" in plan.sql and "__bucket" in plan.sql, plan.sql
     assert len(plan.parameters) == 1  # the bucket width, evaluated before the query
+
+
+def test_a_stream_query_joins_two_tables_in_its_window(session: Session, harness: StreamHarness) -> None:
+    """A join on the timestamps inside a stream's query, bounded by the trigger's window."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create table temp (ts timestamp, v int); create table hum (ts timestamp, h int);"
+        f"insert into temp values ({T}, 20) ({T + 1000}, 22) ({T + 12000}, 30)"
+        f" hum values ({T}, 50) ({T + 1000}, 60) ({T + 12000}, 70) ({T + 13000}, 80);"
+        "create stream s interval(10s) sliding(10s) from a into out as select _twstart, count(*) n, "
+        "avg(t.v + h.h) s from temp t join hum h on t.ts = h.ts where t.ts >= _twstart and t.ts < _twend"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 1) ({T + 20000}, 1)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T, 2, 76.0), (T + 10000, 1, 100.0)]
