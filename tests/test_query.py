@@ -200,8 +200,13 @@ def test_interval_fill_modes(session: Session) -> None:
     ]  # fmt: skip
     with pytest.raises(QueryError, match=r"FILL\(VALUE, …\) needs 2 value\(s\)"):
         session.query("select _wstart, sum(v), avg(f) from a interval(10s) fill(value, 0)")
-    with pytest.raises(QueryError, match="FILL with ORDER BY"):
-        session.query("select _wstart, sum(v) from a interval(10s) fill(null) order by _wstart desc")
+    newest_first = session.query("select _wstart, sum(v) from a interval(10s) fill(prev) order by _wstart desc limit 3")
+    assert [(int(w.timestamp() * 1000) - T, v) for w, v in newest_first.rows] == [(30000, 4), (20000, 1), (10000, 1)]
+    assert [r[1] for r in session.query("select _wstart, sum(v) from a interval(10s) fill(null) limit 2 offset 1").rows] == [
+        None, None,
+    ]  # fmt: skip
+    with pytest.raises(QueryError, match="FILL with HAVING"):
+        session.query("select _wstart, sum(v) from a interval(10s) fill(null) having sum(v) > 1")
 
 
 def test_selector_companions_and_tags_beside_aggregates(session: Session) -> None:

@@ -1036,8 +1036,11 @@ def _filled(
     Window pseudo-columns and partition keys are not filled: they come from the window grid."""
     assert window.fill is not None
     mode = window.fill.mode.removesuffix("_F")
-    if select.order_by or select.limit is not None or select.offset is not None or select.having is not None:
-        raise _error("FILL with ORDER BY, LIMIT or HAVING is not supported yet", select)
+    if select.having is not None:
+        raise _error("FILL with HAVING is not supported yet", select)
+    stream = render.ctx.stream
+    if stream is not None and (select.order_by or select.limit is not None or select.offset is not None):
+        raise _error("FILL with ORDER BY or LIMIT in a stream's query is not supported yet", select)
     step = render.duration(window.sliding or window.interval, select)
     keys = [f"__p{i}" for i in range(len(partition_sql))]
     inner_select = ", ".join([*(f"{sql} AS {k}" for sql, k in zip(partition_sql, keys, strict=True)), "d.__qw AS __w"])
@@ -1051,7 +1054,6 @@ def _filled(
     # (constants inside min/max: the bounds query aggregates, partitioned or not)
     first = f"min({spec.first_start(low)}L)" if low != _INT64_MIN else "min(__w)"
     last = f"max({spec.floor(high)}L)" if high != _INT64_MAX else "max(__w)"
-    stream = render.ctx.stream
     if stream is not None and stream.window_label is not None:
         inner = inner.replace(" FROM ", ", __trig._twstart AS __tws, __trig._twend AS __twe FROM ", 1)
 
@@ -1108,10 +1110,34 @@ def _filled(
     if stream is not None:
         columns.append("g.__p0 AS __tid")
     ordering = ", ".join([*(f"g.{k}" for k in keys), "g.__w"])
-    return (
-        f"WITH __agg AS ({inner}) SELECT {', '.join(columns)} FROM ({grid}) g LEFT JOIN __agg a ON {on} "
-        f"ORDER BY {ordering}"
-    )
+    if select.order_by:  # ORDER BY the filled output: by name, position or the selected expression
+        by_sql = {sql: alias for sql, alias, _ in items}
+        ordering = ", ".join(
+            _filled_order(entry, by_sql, render, items) + (" DESC" if entry.descending else " ASC")
+            for entry in select.order_by
+        )
+    sql = f"WITH __agg AS ({inner}) SELECT {', '.join(columns)} FROM ({grid}) g LEFT JOIN __agg a ON {on} "
+    sql += f"ORDER BY {ordering}"
+    if select.limit is not None:
+        sql += f" LIMIT {select.limit}"
+    if select.offset is not None:
+        sql += f" OFFSET {select.offset}"
+    return sql
+
+
+def _filled_order(
+    entry: ast.OrderItem, by_sql: dict[str, str], render: _Renderer, items: list[tuple[str, str, OutputColumn]]
+) -> str:
+    expr = entry.expr
+    by_name = {col.name.lower(): alias for _, alias, col in items}
+    if isinstance(expr, ast.Column) and expr.table is None and expr.name.lower() in by_name:
+        return by_name[expr.name.lower()]
+    if isinstance(expr, ast.Literal) and expr.kind == "int" and 1 <= int(expr.value) <= len(items):  # type: ignore[call-overload]
+        return items[int(expr.value) - 1][1]  # type: ignore[call-overload]
+    rendered = render.expr(expr).sql
+    if rendered in by_sql:
+        return by_sql[rendered]
+    raise _error("ORDER BY beside FILL names a selected column (by name, position or the same expression)", expr)
 
 
 _ROW_WINDOW_VIEWS = itertools.count()  # view names unique in the process's Spark session
