@@ -349,3 +349,18 @@ def test_calendar_intervals_and_month_arithmetic(warehouse: object, spark: objec
     ]
     with pytest.raises(QueryError, match="no SLIDING of another length"):
         session.query("select count(*) from t interval(1n) sliding(1d)")
+    # FILL over months: April has no rows (UTC); a WHERE range adds the months around the data
+    filled = session.query("select _wstart, sum(v) from t interval(1n) fill(value, 0)").rows
+    assert [(w.strftime("%Y-%m"), v) for w, v in filled] == [
+        ("2024-01", 3), ("2024-02", 3), ("2024-03", 4), ("2024-04", 0), ("2024-05", 5),
+    ]  # fmt: skip
+    ranged = session.query(
+        f"select _wstart, count(*) from t where ts >= {ms('2023-12-01 00:00:00')} and ts < {ms('2024-08-01 00:00:00')} "
+        "interval(3n) fill(null)"
+    ).rows
+    assert [(w.strftime("%Y-%m"), n) for w, n in ranged] == [
+        ("2023-10", None),
+        ("2024-01", 4),
+        ("2024-04", 1),
+        ("2024-07", None),
+    ]

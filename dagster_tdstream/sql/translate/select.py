@@ -1041,7 +1041,6 @@ def _filled(
     stream = render.ctx.stream
     if stream is not None and (select.order_by or select.limit is not None or select.offset is not None):
         raise _error("FILL with ORDER BY or LIMIT in a stream's query is not supported yet", select)
-    step = render.duration(window.sliding or window.interval, select)
     keys = [f"__p{i}" for i in range(len(partition_sql))]
     inner_select = ", ".join([*(f"{sql} AS {k}" for sql, k in zip(partition_sql, keys, strict=True)), "d.__qw AS __w"])
     inner = parts[0].replace(" FROM ", f", {inner_select} FROM ", 1) + " " + " ".join(parts[1:])
@@ -1049,8 +1048,24 @@ def _filled(
     # the grid spans the WHERE's time range where it has one (TDengine fills the queried
     # range) — in a stream's query over an INTERVAL trigger, the trigger's window — else each
     # partition's first and last window with data
-    spec = _interval_spec(window, scope, select)
     low, high = render.query_bounds()
+    if window.interval.is_calendar:  # a grid of months: their indices, each mapped to its start
+        if stream is not None:
+            raise _error("FILL over calendar INTERVAL windows in a stream's query is not supported yet", select)
+        months = window.interval.months
+        first = f"min({render.month_index(f'{low}L')})" if low != _INT64_MIN else f"min({render.month_index('__w')})"
+        last = f"max({render.month_index(f'{high}L')})" if high != _INT64_MAX else f"max({render.month_index('__w')})"
+        first = f"({first} - pmod({first}, {months}))"
+        sequence = f"explode(sequence(__lo, __hi, {months}))"
+        grid_start = render.month_start("__mi")
+        bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg" + (
+            f" GROUP BY {', '.join(keys)}" if keys else ""
+        )
+        months_grid = f"SELECT {key_list}{sequence} AS __mi FROM ({bounds}) __b"
+        grid = f"SELECT {key_list}{grid_start} AS __w FROM ({months_grid}) __m"
+        return _filled_select(select, window, scope, mode, inner, grid, keys, items, kinds, partition_sql, render)
+    step = render.duration(window.sliding or window.interval, select)
+    spec = _interval_spec(window, scope, select)
     # (constants inside min/max: the bounds query aggregates, partitioned or not)
     first = f"min({spec.first_start(low)}L)" if low != _INT64_MIN else "min(__w)"
     last = f"max({spec.floor(high)}L)" if high != _INT64_MAX else "max(__w)"
@@ -1066,6 +1081,26 @@ def _filled(
         f" GROUP BY {', '.join(keys)}" if keys else ""
     )
     grid = f"SELECT {key_list}explode(sequence(__lo, __hi, CAST({step} AS BIGINT))) AS __w FROM ({bounds}) __b"
+    return _filled_select(select, window, scope, mode, inner, grid, keys, items, kinds, partition_sql, render)
+
+
+def _filled_select(
+    select: ast.Select,
+    window: ast.IntervalWindow,
+    scope: _Scope,
+    mode: str,
+    inner: str,
+    grid: str,
+    keys: list[str],
+    items: list[tuple[str, str, OutputColumn]],
+    kinds: list[str],
+    partition_sql: list[str],
+    render: _Renderer,
+) -> str:
+    """The grid of window starts (``__w`` per partition key) left-joined to the aggregated
+    windows (``__agg``), each column filled by the mode."""
+    assert window.fill is not None
+    stream = render.ctx.stream
     on = " AND ".join([*(f"g.{k} <=> a.{k}" for k in keys), "g.__w = a.__w"])
     pseudo = {"d.__qw": "g.__w", **{v: v.replace("d.__qw", "g.__w") for v in scope.window_sql.values()}}
     filled_columns = [i for i, (sql, _, _) in enumerate(items) if sql not in pseudo and sql not in partition_sql]
@@ -1218,11 +1253,8 @@ def _calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: _Sc
         )
     if window.offset is not None:
         raise _error("a calendar INTERVAL (n, y) takes no offset", select)
-    if window.fill is not None and window.fill.mode != "NONE":
-        raise _error("FILL over calendar INTERVAL windows (n, y) is not supported yet", select)
     assert scope.pk is not None
-    local = render._local(scope.pk.removeprefix("d."))
-    month = f"((year({local}) - 1970) * 12 + month({local}) - 1)"
+    month = render.month_index(scope.pk.removeprefix("d."))
     scope.window = window
     scope.window_sql = {
         "label": render.month_start(f"({month} - pmod({month}, {months}))"),
@@ -1681,6 +1713,11 @@ class _Renderer:
                 pieces.append((text[i], "", True, ""))
                 i += 1
         return pieces
+
+    def month_index(self, ts_sql: str) -> str:
+        """Months since January 1970 of a timestamp value, on the session time zone's calendar."""
+        local = self._local(ts_sql)
+        return f"((year({local}) - 1970) * 12 + month({local}) - 1)"
 
     def month_start(self, month_index_sql: str) -> str:
         """The start of month ``index`` (months since January 1970) at midnight of the session
