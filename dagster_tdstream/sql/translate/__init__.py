@@ -7,15 +7,15 @@ columns are timestamps; in stream mode, a whole batch of triggers at once. Pure:
 session, no catalog access beyond the resolver the caller passes in.
 """
 
-from .select import (
+from .scope import (
     OutputColumn,
     RowWindowPlan,
     SourceTable,
     StreamScope,
     TranslatedQuery,
     TranslationContext,
-    translate_select,
 )
+from .select import translate_select
 
 __all__ = [
     "OutputColumn",

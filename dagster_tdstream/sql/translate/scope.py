@@ -1,0 +1,203 @@
+"""What a translation works with: the public results (``TranslatedQuery``, ``OutputColumn``,
+``RowWindowPlan``), what the caller passes in (``SourceTable``, ``StreamScope``,
+``TranslationContext``), and the data side of one query (``Scope``: the FROM relation and its
+columns as ``d.<name>``). No SQL is rendered here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from ...errors import QueryError
+from ...triggers.replay import QueryRowWindow
+from .. import ast
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """What the translator needs to know of a table: its view name and schema."""
+
+    key: str  # db.name
+    view: str
+    kind: str  # super | child | normal
+    columns: tuple[ast.ColumnDef, ...]
+    tags: tuple[ast.ColumnDef, ...]
+    precision: str
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    name: str
+    is_timestamp: bool
+    kind: str = "other"  # the translator's kind (ts, int, float, string, bool …), for outer queries
+
+
+@dataclass(frozen=True)
+class RowWindowPlan:
+    """A view the caller registers before running the query: the rows of ``source_sql``
+    (``__ts``, the partition keys, the values the trigger reads) labelled with the row windows
+    of ``window`` — ``compute/query.py`` runs the trigger engine over each partition."""
+
+    view: str
+    source_sql: str
+    partition: tuple[str, ...]
+    window: QueryRowWindow
+    values: tuple[str, ...]  # the columns the window's trigger reads
+    gap: int | None  # SESSION's gap, in the table's precision
+    true_for: int | None
+
+
+@dataclass(frozen=True)
+class TranslatedQuery:
+    sql: str
+    columns: tuple[OutputColumn, ...]
+    precision: str
+    tables: tuple[SourceTable, ...]
+    row_windows: tuple[RowWindowPlan, ...] = ()  # registered in this order (inner queries first)
+    # (placeholder in ``sql``, scalar SQL giving its value): evaluated and substituted first
+    parameters: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamScope:
+    """What a stream's query sees of its triggers: a view with one row per trigger
+    (``__tid``, ``_twstart``, ``_twend``, ``_twduration``, ``_twrownum``, ``_tgrpid``,
+    ``_tlocaltime``, ``__tbname`` and the group values ``__g1`` … ``__gN``), the trigger table
+    behind ``%%trows``/``%%tbname``, and how a trigger-table row matches a group."""
+
+    triggers_view: str
+    trigger_table: SourceTable | None
+    group_columns: tuple[str, ...]  # PARTITION BY names (tbname or tags), lower case
+    window_label: Callable[[str], str] | None  # SQL labelling a row with its trigger window start
+    # PRE_FILTER: %%trows are the rows that entered the trigger
+    trows_filter: ast.Expr | None = None
+    point_rows: bool = False  # SLIDING points: %%trows are the rows after the previous point
+    rows_by_trigger: bool = False  # PERIOD: the trigger table view carries each row's __tid
+    # FORCE_OUTPUT: a trigger without result rows still writes one (constants and
+    # placeholders filled, other columns NULL); otherwise such triggers write nothing
+    force_output: bool = False
+    # the trigger table narrowed to the batch's time span, read by %%trows (a run scans the
+    # rows its windows cover, not the table's whole history); %%tbname reads the full table
+    trows_view: str | None = None
+
+
+@dataclass
+class TranslationContext:
+    """``resolve`` turns a table name into a SourceTable (raising CatalogError when unknown);
+    ``stream`` is set when translating a stream's query for a batch of triggers."""
+
+    resolve: Callable[[ast.QualifiedName], SourceTable]
+    timezone: ZoneInfo
+    now_ns: int | None = None
+    stream: StreamScope | None = None
+    row_windows: list[RowWindowPlan] = field(default_factory=list)
+    parameters: list[tuple[str, str]] = field(default_factory=list)
+    _names: itertools.count = field(default_factory=itertools.count)
+
+    def fresh(self, prefix: str) -> str:
+        return f"__{prefix}{next(self._names)}"
+
+    def parameter(self, scalar_sql: str) -> str:
+        """A placeholder for the value of ``scalar_sql`` (one row, one column), which the
+        caller evaluates and substitutes before running the query (one per distinct SQL)."""
+        for name, known in self.parameters:
+            if known == scalar_sql:
+                return name
+        name = f"__parameter{len(self.parameters)}__"
+        self.parameters.append((name, scalar_sql))
+        return name
+
+
+@dataclass(frozen=True)
+class Typed:
+    sql: str
+    kind: str  # ts, int, float, string, bool, null, duration, other
+    aggregate: bool = False
+
+
+@dataclass
+class Scope:
+    """The data side of a query: ``base`` is the FROM relation; its columns are referenced
+    through the derived table ``d`` built over it (``d.<name>``)."""
+
+    base: str | None
+    columns: dict[str, tuple[str, str]]  # lower name (or side.name in a join) → (column of d, kind)
+    star: list[tuple[str, str]]  # what `*` expands to: (output name, key of columns)
+    pk: str | None  # the primary timestamp, as a column of d
+    precision: str
+    tables: tuple[SourceTable, ...] = ()
+    trigger_join: list[str] = field(default_factory=list)  # ON conditions tying d to __trig
+    trows_label: str | None = None  # SQL labelling base rows with their trigger window
+    trows_filter: ast.Expr | None = None
+    window: ast.QueryWindow | None = None
+    window_sql: dict[str, str] = field(default_factory=dict)
+    labelled: bool = False  # base is a row-window view: already the data relation, WHERE applied
+    # window-function columns other row-wise functions read (``expr AS name`` over ``d``),
+    # each a layer of its own: Spark does not nest window functions
+    layers: list[str] = field(default_factory=list)
+    ambiguous: set[str] = field(default_factory=set)  # joined columns that need their side's name
+
+
+def kind_of(dtype: ast.DataType) -> str:
+    name = dtype.name
+    if name == "TIMESTAMP":
+        return "ts"
+    if "INT" in name:
+        return "int"
+    if name in ("FLOAT", "DOUBLE", "DECIMAL"):
+        return "float"
+    if name == "BOOL":
+        return "bool"
+    if name in ("VARCHAR", "BINARY", "NCHAR", "JSON"):
+        return "string"
+    return "other"
+
+
+def quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def query_error(message: str, node: ast.Expr | ast.Select | None = None) -> QueryError:
+    pos = getattr(node, "pos", None)
+    if pos is not None and pos.line:
+        return QueryError(message, line=pos.line, column=pos.column)
+    return QueryError(message)
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+# trigger placeholders → (column of the triggers view, kind)
+TRIGGER_NAMES: dict[str, tuple[str, str]] = {
+    "_twstart": ("_twstart", "ts"),
+    "_twend": ("_twend", "ts"),
+    "_twduration": ("_twduration", "int"),
+    "_twrownum": ("_twrownum", "int"),
+    "_tgrpid": ("_tgrpid", "int"),
+    "_tlocaltime": ("_tlocaltime", "int"),
+    "_tprev_localtime": ("_tprev_localtime", "int"),
+    "_tnext_localtime": ("_tnext_localtime", "int"),
+    "_tcurrent_ts": ("_tcurrent_ts", "ts"),
+    "_tprev_ts": ("_tprev_ts", "ts"),
+    "_tnext_ts": ("_tnext_ts", "ts"),
+}
+
+
+WINDOW_PSEUDO = ("_wstart", "_wend", "_wduration")
+
+
+def output_name(item: ast.SelectItem) -> str:
+    """TDengine names an unaliased column by its text, a qualified column (``a.ts``) by the
+    column's name alone."""
+    if item.alias:
+        return item.alias
+    if isinstance(item.expr, ast.Column) and item.expr.table is not None:
+        return item.expr.name
+    return item.text
