@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 
 from .sql.timeunits import format_timestamp
+from .storage.types import float32_value
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def _converter(arrow_type: pa.DataType, timezone: ZoneInfo) -> Any:
     if pa.types.is_timestamp(arrow_type):
         precision = arrow_type.unit  # Arrow's units are TDengine's precisions: ms, us, ns
         return lambda v: None if v is None else format_timestamp(v, precision, timezone)
+    if pa.types.is_float32(arrow_type):  # FLOAT as TDengine prints it: 10.149, not 10.14900016784668
+        return lambda v: str(v) if isinstance(v, float) and not math.isfinite(v) else float32_value(v)
 
     def plain(v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
