@@ -43,6 +43,17 @@ def walk(expr: ast.Expr) -> Iterator[ast.Expr]:
         stack.extend(reversed(children(node)))
 
 
+def conjuncts(expr: ast.Expr | None) -> Iterator[ast.Expr]:
+    """The terms a condition ANDs together (``a AND (b AND c)`` → a, b, c); none for None."""
+    stack = [expr] if expr is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Binary) and node.op == "AND":
+            stack += [node.right, node.left]
+        else:
+            yield node
+
+
 def select_expressions(select: ast.Select) -> Iterator[ast.Expr]:
     """Every expression a SELECT holds at its own level (not inside nested subqueries)."""
     for item in select.items:

@@ -7,14 +7,12 @@ from __future__ import annotations
 import re
 
 from .. import ast
+from ..walk import conjuncts
 from .render import Renderer
-from .scope import OutputColumn, Scope, StreamScope, quote_ident
+from .scope import FLIPPED, OutputColumn, Scope, StreamScope, quote_ident
 from .sources import data_relation
 
 _PK_BOUND = re.compile(r"\(?(.+?) (>=|>|<=|<) (.+?)\)?")
-
-
-_FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
 
 
 def _balanced(sql: str) -> bool:
@@ -36,14 +34,7 @@ def range_buckets(select: ast.Select, scope: Scope, render: Renderer, stream: St
     the one its timestamp falls in, buckets as wide as the widest range of the batch — and the
     join gains the equality on it (a hash join), the range conditions still deciding. Returns
     (the bucketed triggers relation, the bucket equality), or None without two such bounds."""
-    conditions = list(scope.trigger_join)
-    pending = [select.where] if select.where is not None else []
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Binary) and node.op == "AND":
-            pending += [node.left, node.right]
-        else:
-            conditions.append(render.condition(node))
+    conditions = [*scope.trigger_join, *(render.condition(node) for node in conjuncts(select.where))]
     low = high = None
     for condition in conditions:
         match = _PK_BOUND.fullmatch(condition)
@@ -51,7 +42,7 @@ def range_buckets(select: ast.Select, scope: Scope, render: Renderer, stream: St
             continue
         left, op, right = match.groups()
         if right == scope.pk:
-            left, op, right = right, _FLIPPED[op], left
+            left, op, right = right, FLIPPED[op], left
         if left != scope.pk or "__trig." not in right or DATA_COLUMN.search(right) or not _balanced(right):
             continue  # not the timestamp against the trigger's own values alone
         if op in (">=", ">"):

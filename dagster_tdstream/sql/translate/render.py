@@ -12,8 +12,10 @@ from zoneinfo import ZoneInfo
 from ...errors import WriteRejectedError
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
+from ..walk import conjuncts
 from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 from .scope import (
+    FLIPPED,
     INT64_MAX,
     INT64_MIN,
     TRIGGER_NAMES,
@@ -49,12 +51,7 @@ class Renderer:
         """The time range the WHERE puts on the primary key (both ends included, as TDengine
         keeps it: ``ts < b`` ends at b - 1); an open end is the smallest/largest timestamp."""
         low, high = INT64_MIN, INT64_MAX
-        pending = [self.where] if self.where is not None else []
-        while pending:
-            node = pending.pop()
-            if isinstance(node, ast.Binary) and node.op == "AND":
-                pending += [node.left, node.right]
-                continue
+        for node in conjuncts(self.where):
             for bound_low, bound_high in self._time_bounds(node):
                 low, high = max(low, bound_low), min(high, bound_high)
         return low, high
@@ -84,7 +81,7 @@ class Renderer:
             return []
         op, other = node.op, node.right
         if is_key(node.right):  # constant on the left: turn the comparison around
-            op, other = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}[op], node.left
+            op, other = FLIPPED[op], node.left
         elif not is_key(node.left):
             return []
         value = constant(other)

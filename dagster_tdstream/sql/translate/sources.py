@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ast
+from ..walk import conjuncts
 from .render import Renderer
 from .scope import Scope, SourceTable, TranslationContext, kind_of, query_error, quote_ident
 
@@ -170,16 +171,12 @@ def _check_timestamp_match(
     comma join, the WHERE): TDengine's join rule."""
     render = Renderer(scope, ctx)
     for index, (_, kind, on) in enumerate(sides[1:], start=1):
-        conditions = on if kind != "CROSS" else select.where
-        pending, matched = [conditions] if conditions is not None else [], False
-        while pending and not matched:
-            node = pending.pop()
-            if isinstance(node, ast.Binary) and node.op == "AND":
-                pending += [node.left, node.right]
-            elif isinstance(node, ast.Binary) and node.op == "=":
-                pair = {render.expr(node.left).sql, render.expr(node.right).sql}
-                matched = pks[index] in pair and bool(pair & set(pks[:index]))
-        if not matched:
+        equalities = (
+            {render.expr(node.left).sql, render.expr(node.right).sql}
+            for node in conjuncts(on if kind != "CROSS" else select.where)
+            if isinstance(node, ast.Binary) and node.op == "="
+        )
+        if not any(pks[index] in pair and pair & set(pks[:index]) for pair in equalities):
             where = "WHERE" if kind == "CROSS" else "ON"
             raise query_error(f"a join matches the tables' primary timestamps: add a.ts = b.ts to its {where}", select)
 
