@@ -307,6 +307,9 @@ def test_join_errors(session: Session) -> None:
         session.query("select a.v from temp a join hum b on a.v = b.v")
     with pytest.raises(QueryError, match=r"add a\.ts = b\.ts to its WHERE"):
         session.query("select a.v from temp a, hum b")
+    # a joined subquery without a timestamp column has nothing to match on
+    with pytest.raises(QueryError, match=r"add a\.ts = b\.ts to its WHERE"):
+        session.query("select a.v from temp a, (select v from hum) c where a.ts = c.v")
 
 
 def test_calendar_intervals_and_month_arithmetic(warehouse: object, spark: object) -> None:

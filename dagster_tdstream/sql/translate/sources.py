@@ -110,7 +110,7 @@ def _join_scope(join: ast.Join, select: ast.Select, ctx: TranslationContext) -> 
     bare: dict[str, tuple[str, str]] = {}  # the ON condition's view: renamed columns, no prefix
     seen: dict[str, int] = {}
     star: list[tuple[str, str]] = []
-    pks: list[str] = []
+    pks: list[str | None] = []  # each side's primary timestamp (renamed), None without one
     relations: list[str] = []
     tables: list[SourceTable] = []
     scope: Scope | None = None
@@ -122,6 +122,7 @@ def _join_scope(join: ast.Join, select: ast.Select, ctx: TranslationContext) -> 
             raise query_error("a subquery joined to another source needs an alias", select)
         side = source_scope(ast.Select((), source), ctx)
         renamed = []
+        pks.append(None)
         for k, (column, (sql, col_kind)) in enumerate(side.columns.items()):
             alias = f"__j{index}_{k}"
             renamed.append(f"{sql} AS {alias}")
@@ -131,7 +132,7 @@ def _join_scope(join: ast.Join, select: ast.Select, ctx: TranslationContext) -> 
             columns.setdefault(column, (f"d.{alias}", col_kind))
             bare.setdefault(column, (alias, col_kind))
             if sql == side.pk:
-                pks.append(alias)
+                pks[index] = alias
         star += [(display, f"{name}.{key}") for display, key in side.star]
         relation = f"(SELECT {', '.join(renamed)} FROM {data_relation(side)}) {quote_ident(name)}"
         if kind is None:
@@ -151,12 +152,12 @@ def _join_scope(join: ast.Join, select: ast.Select, ctx: TranslationContext) -> 
         f"(SELECT * FROM {' '.join(relations)}) {ctx.fresh('join')}",
         columns,
         star,
-        f"d.{pks[0]}" if pks else None,
+        f"d.{pks[0]}" if pks[0] else None,
         scope.precision,
         tables=tuple(tables),
     )
     joined.ambiguous = ambiguous
-    _check_timestamp_match(sides, select, joined, ctx, [f"d.{pk}" for pk in pks])
+    _check_timestamp_match(sides, select, joined, ctx, [f"d.{pk}" if pk else None for pk in pks])
     return joined
 
 
@@ -165,10 +166,10 @@ def _check_timestamp_match(
     select: ast.Select,
     scope: Scope,
     ctx: TranslationContext,
-    pks: list[str],
+    pks: list[str | None],
 ) -> None:
     """Each joined side meets an earlier one on the primary timestamps, in its ON (or, for a
-    comma join, the WHERE): TDengine's join rule."""
+    comma join, the WHERE): TDengine's join rule (a side without one cannot meet it)."""
     render = Renderer(scope, ctx)
     for index, (_, kind, on) in enumerate(sides[1:], start=1):
         equalities = (
@@ -176,7 +177,7 @@ def _check_timestamp_match(
             for node in conjuncts(on if kind != "CROSS" else select.where)
             if isinstance(node, ast.Binary) and node.op == "="
         )
-        if not any(pks[index] in pair and pair & set(pks[:index]) for pair in equalities):
+        if pks[index] is None or not any(pks[index] in pair and pair & set(pks[:index]) for pair in equalities):
             where = "WHERE" if kind == "CROSS" else "ON"
             raise query_error(f"a join matches the tables' primary timestamps: add a.ts = b.ts to its {where}", select)
 
