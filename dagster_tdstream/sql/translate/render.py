@@ -335,6 +335,11 @@ class Renderer:
         zone's wall-clock time (Spark's own session zone is UTC)."""
         return f"from_utc_timestamp(timestamp_micros({self._micros(ts_sql)}), '{self.ctx.timezone.key}')"
 
+    def _from_local(self, local_sql: str) -> str:
+        """The inverse of ``_local``: a Spark TIMESTAMP of the session time zone's wall-clock
+        time as a timestamp value (epoch in the precision)."""
+        return self._from_micros(f"unix_micros(to_utc_timestamp({local_sql}, '{self.ctx.timezone.key}'))")
+
     def _time_function(self, expr: ast.Func) -> Typed:
         name, args = expr.name, expr.args
         arities = {"timediff": (2, 3), "timetruncate": (2, 3), "to_iso8601": (1, 1), "to_unixtimestamp": (1, 1),
@@ -354,16 +359,13 @@ class Renderer:
             text = self.expr(node)
             if text.kind != "string":
                 raise query_error(f"to_unixtimestamp() needs a timestamp string, got a {text.kind} value", node)
-            micros = f"unix_micros(to_utc_timestamp(to_timestamp({text.sql}), '{self.ctx.timezone.key}'))"
-            return Typed(self._from_micros(micros), "int", text.aggregate)
+            return Typed(self._from_local(f"to_timestamp({text.sql})"), "int", text.aggregate)
         if name == "to_timestamp":
             text = self.expr(args[0])
             if text.kind != "string":
                 raise query_error(f"to_timestamp() needs a string, got a {text.kind} value", args[0])
             pattern = "".join(piece if literal else spark for piece, spark, literal, _ in self._format(expr, 1))
-            local = f"to_timestamp({text.sql}, '{pattern}')"
-            micros = f"unix_micros(to_utc_timestamp({local}, '{self.ctx.timezone.key}'))"
-            return Typed(self._from_micros(micros), "ts", text.aggregate)
+            return Typed(self._from_local(f"to_timestamp({text.sql}, '{pattern}')"), "ts", text.aggregate)
         ts = self._ts_arg(expr, 0)
         if name == "to_char":
             local = self._local(ts.sql)
@@ -377,7 +379,7 @@ class Renderer:
             return Typed(f"concat({', '.join(pieces)})", "string", ts.aggregate)
         if name == "timediff":
             other = self._ts_arg(expr, 1)
-            unit = self._unit(expr, 2) if len(args) == 3 else 1
+            unit = self.time_unit(expr, 2) if len(args) == 3 else 1
             # TDengine truncates toward zero, in the unit asked for (default: the precision)
             return Typed(f"CAST(({ts.sql} - {other.sql}) DIV {unit} AS BIGINT)", "int", ts.aggregate or other.aggregate)
         if name == "timetruncate":
@@ -435,7 +437,7 @@ class Renderer:
         time zone, as a timestamp value in the precision."""
         year = f"CAST(1970 + floor({month_index_sql} / 12) AS INT)"
         local = f"make_timestamp({year}, CAST(pmod({month_index_sql}, 12) + 1 AS INT), 1, 0, 0, 0)"
-        return self._from_micros(f"unix_micros(to_utc_timestamp({local}, '{self.ctx.timezone.key}'))")
+        return self._from_local(local)
 
     def shift_months(self, ts_sql: str, months: int | str) -> str:
         """``ts`` moved by whole months on the session time zone's calendar (TDengine's ``n``
@@ -443,7 +445,7 @@ class Renderer:
         local = self._local(ts_sql)
         moved = f"timestamp_micros(unix_micros({local}) - unix_micros(CAST(to_date({local}) AS TIMESTAMP)) + "
         moved += f"unix_micros(CAST(add_months(to_date({local}), {months}) AS TIMESTAMP)))"
-        return self._from_micros(f"unix_micros(to_utc_timestamp({moved}, '{self.ctx.timezone.key}'))")
+        return self._from_local(moved)
 
     def _from_micros(self, micros_sql: str) -> str:
         """Microseconds since the epoch (Spark's unit) as a timestamp value in the precision."""
@@ -452,11 +454,13 @@ class Renderer:
     def _micros(self, ts_sql: str) -> str:
         return {"ms": f"({ts_sql} * 1000)", "us": ts_sql, "ns": f"({ts_sql} DIV 1000)"}[self.scope.precision]
 
-    def _unit(self, expr: ast.Func, index: int) -> int:
+    def time_unit(self, expr: ast.Func, index: int) -> int:
+        """A function's time-unit argument (``1s``, ``5m``) in the precision: fixed length, not
+        finer than the precision, errors at the argument."""
         node = expr.args[index]
         if not isinstance(node, ast.DurationLiteral) or node.duration.is_calendar:
             raise query_error(f"{expr.name}() takes a time unit such as 1s, 1m, 1h or 1d", node)
-        unit = node.duration.in_precision(self.scope.precision)
+        unit = self.duration(node.duration, node)
         if unit <= 0:
             raise query_error(f"{expr.name}() time unit {node.duration} is finer than the database precision", node)
         return unit
@@ -464,7 +468,7 @@ class Renderer:
     def _timetruncate(self, expr: ast.Func, ts: Typed) -> Typed:
         """Down to a multiple of the unit; whole days (and longer) at midnight of the session
         time zone unless the third argument is 0 (then UTC midnight), as TDengine does."""
-        unit = self._unit(expr, 1)
+        unit = self.time_unit(expr, 1)
         local_zone = True
         if len(expr.args) == 3:
             flag = expr.args[2]
@@ -474,12 +478,9 @@ class Renderer:
         per_day = 86400 * 10**9 // PRECISIONS[self.scope.precision]  # PRECISIONS: ns per unit
         if unit % per_day or not local_zone:
             return Typed(f"({ts.sql} - pmod({ts.sql}, {unit}))", "ts", ts.aggregate)
-        zone = self.ctx.timezone.key
-        days = unit // per_day
-        if days != 1:
+        if unit // per_day != 1:
             raise query_error("timetruncate() to several days is not supported yet; use 1d", expr.args[1])
-        midnight = f"unix_micros(to_utc_timestamp(date_trunc('DAY', {self._local(ts.sql)}), '{zone}'))"
-        return Typed(self._from_micros(midnight), "ts", ts.aggregate)
+        return Typed(self._from_local(f"date_trunc('DAY', {self._local(ts.sql)})"), "ts", ts.aggregate)
 
     def _utc_offset(self, value: int) -> int:
         from datetime import datetime
@@ -675,14 +676,7 @@ class Renderer:
         arg = self._plain_arg(expr)
         if arg.kind != "ts":
             raise query_error(f"elapsed() needs the timestamp column, got a {arg.kind} value", expr.args[0])
-        unit = 1
-        if len(expr.args) == 2:
-            given = expr.args[1]
-            if not isinstance(given, ast.DurationLiteral):
-                raise query_error("elapsed() takes a time unit such as 1s or 1m as its second argument", given)
-            unit = given.duration.in_precision(self.scope.precision)
-            if unit <= 0:
-                raise query_error("elapsed() time unit is finer than the database precision", given)
+        unit = self.time_unit(expr, 1) if len(expr.args) == 2 else 1
         return Typed(f"CAST(max({arg.sql}) - min({arg.sql}) AS DOUBLE) / {unit}", "float", True)
 
     def _plain_arg(self, expr: ast.Func) -> Typed:

@@ -6,6 +6,7 @@ order, and which rows each keeps.
 from __future__ import annotations
 
 from .. import ast
+from ..timeunits import PRECISIONS
 from .functions import NUMERIC, SERIES_FUNCTIONS
 from .render import Renderer
 from .scope import OutputColumn, Scope, TranslationContext, Typed, output_name, query_error, quote_ident
@@ -140,8 +141,8 @@ def _series_function(expr: ast.Func, render: Renderer, over: str, partition: lis
         # (value - previous non-NULL value) per time_interval of the time between them
         if len(expr.args) != 3 or not isinstance(expr.args[1], ast.DurationLiteral):
             raise query_error("derivative() takes a column, a time interval (at least 1s) and 0 or 1", expr)
-        interval = expr.args[1].duration
-        if interval.nanos < 10**9:
+        step = render.time_unit(expr, 1)
+        if step * PRECISIONS[render.scope.precision] < 10**9:  # PRECISIONS: ns per unit
             raise query_error("derivative()'s time interval is at least 1s", expr.args[1])
         flag = expr.args[2]
         if not (isinstance(flag, ast.Literal) and flag.value in (0, 1)):
@@ -150,7 +151,6 @@ def _series_function(expr: ast.Func, render: Renderer, over: str, partition: lis
         before = f"{over} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
         previous = f"last({value}, true) OVER ({before})"
         previous_ts = f"last(CASE WHEN {value} IS NOT NULL THEN {pk} END, true) OVER ({before})"
-        step = interval.in_precision(render.scope.precision)
         rate = f"CAST({value} - {previous} AS DOUBLE) * {step} / ({pk} - {previous_ts})"
         keep = f"{value} IS NOT NULL AND {previous} IS NOT NULL" + (f" AND {rate} >= 0" if flag.value == 1 else "")
         return rate, keep, False
@@ -203,7 +203,7 @@ def _state_run(expr: ast.Func, arg: Typed, render: Renderer, partition: list[str
     )
     within = f"PARTITION BY {by}, d.{run}"
     if duration:
-        unit = render._unit(expr, 3) if len(expr.args) == 4 else 1
+        unit = render.time_unit(expr, 3) if len(expr.args) == 4 else 1
         so_far = f"({scope.pk} - min(CASE WHEN {meets} THEN {scope.pk} END) OVER ({within})) DIV {unit}"
     else:
         so_far = (
