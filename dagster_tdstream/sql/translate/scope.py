@@ -131,7 +131,6 @@ class Scope:
     tables: tuple[SourceTable, ...] = ()
     trigger_join: list[str] = field(default_factory=list)  # ON conditions tying d to __trig
     trows_label: str | None = None  # SQL labelling base rows with their trigger window
-    trows_filter: ast.Expr | None = None
     window: ast.QueryWindow | None = None
     window_sql: dict[str, str] = field(default_factory=dict)
     labelled: bool = False  # base is a row-window view: already the data relation, WHERE applied

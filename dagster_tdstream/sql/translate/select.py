@@ -66,8 +66,6 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
         return series_query(select, scope, render, ctx)
     # a row window's view has the WHERE applied: the windows are over the rows it keeps
     where_sql = render.condition(select.where) if select.where is not None and not scope.labelled else None
-    if scope.trows_filter is not None:
-        scope.trigger_join.append(render.condition(scope.trows_filter))
     group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
     if isinstance(window, ast.IntervalWindow):
         group_keys.append("d.__qw")

@@ -9,8 +9,8 @@ from .. import ast
 from ..timeunits import PRECISIONS
 from .functions import NUMERIC, SERIES_FUNCTIONS
 from .render import Renderer
-from .scope import OutputColumn, Scope, TranslationContext, Typed, output_name, query_error, quote_ident
-from .sources import data_relation
+from .scope import OutputColumn, Scope, TranslationContext, Typed, output_name, query_error
+from .sources import data_relation, trigger_rows
 
 
 def series_query(
@@ -68,11 +68,8 @@ def series_query(
     # a kept row's conditions use the row and window functions: evaluated in the inner query
     flags = "".join(f", ({condition}) AS __k{i}" for i, condition in enumerate(keep))
     relation = data_relation(scope)
-    if stream is not None:  # the trigger's rows only: an inner join with the batch's triggers
-        if scope.trows_filter is not None:
-            scope.trigger_join.append(render.condition(scope.trows_filter))
-        on = " AND ".join(scope.trigger_join) or "TRUE"
-        relation = f"{quote_ident(stream.triggers_view)} __trig JOIN {relation} ON {on}"
+    if stream is not None:  # the trigger's rows only
+        relation = trigger_rows(scope, stream)
         keys += ", __trig.__tid AS __tid"
     inner = f"SELECT {select_list}{keys}{flags}, {scope.pk} AS __ts FROM {relation}" + (
         f" WHERE {where}" if where else ""

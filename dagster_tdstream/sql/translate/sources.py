@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import ast
 from ..walk import conjuncts
 from .render import Renderer
-from .scope import Scope, SourceTable, TranslationContext, kind_of, query_error, quote_ident
+from .scope import Scope, SourceTable, StreamScope, TranslationContext, kind_of, query_error, quote_ident
 
 
 def _table_scope(table: SourceTable) -> Scope:
@@ -79,7 +79,8 @@ def source_scope(select: ast.Select, ctx: TranslationContext) -> Scope:
             scope.trigger_join += [f"{scope.pk} > __trig._tprev_ts", f"{scope.pk} <= __trig._tcurrent_ts"]
         else:  # row windows: from the first row to the last row, both included
             scope.trigger_join += [f"{scope.pk} >= __trig._twstart", f"{scope.pk} <= __trig._twend"]
-        scope.trows_filter = stream.trows_filter
+        if stream.trows_filter is not None:  # PRE_FILTER: the rows that entered the trigger
+            scope.trigger_join.append(Renderer(scope, ctx).condition(stream.trows_filter))
         return scope
     if isinstance(source, ast.Join):
         return _join_scope(source, select, ctx)
@@ -180,6 +181,13 @@ def _check_timestamp_match(
         if pks[index] is None or not any(pks[index] in pair and pair & set(pks[:index]) for pair in equalities):
             where = "WHERE" if kind == "CROSS" else "ON"
             raise query_error(f"a join matches the tables' primary timestamps: add a.ts = b.ts to its {where}", select)
+
+
+def trigger_rows(scope: Scope, stream: StreamScope) -> str:
+    """Each trigger's own rows: the data inner-joined to the batch's triggers on
+    ``scope.trigger_join``, the trigger's columns beside each row as ``__trig``."""
+    on = " AND ".join(scope.trigger_join) or "TRUE"
+    return f"{quote_ident(stream.triggers_view)} __trig JOIN {data_relation(scope)} ON {on}"
 
 
 def data_relation(scope: Scope) -> str:

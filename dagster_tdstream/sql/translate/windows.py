@@ -21,9 +21,8 @@ from .scope import (
     Scope,
     TranslationContext,
     query_error,
-    quote_ident,
 )
-from .sources import data_relation
+from .sources import data_relation, trigger_rows
 
 
 def filled_windows(
@@ -233,12 +232,9 @@ def label_row_windows(
     relation = data_relation(scope)
     stream = ctx.stream
     if stream is not None:  # windows within each trigger's rows: the trigger is a partition key
-        if scope.trows_filter is not None:
-            scope.trigger_join.append(render.condition(scope.trows_filter))
-        on = " AND ".join(scope.trigger_join) or "TRUE"
-        relation = f"{quote_ident(stream.triggers_view)} __trig JOIN {relation} ON {on}"
+        relation = trigger_rows(scope, stream)
         keys.insert(0, ("__trig.__tid", "__tid"))
-        scope.trigger_join, scope.trows_filter = ["d.__tid = __trig.__tid"], None
+        scope.trigger_join = ["d.__tid = __trig.__tid"]
     computed = [f"{scope.pk} AS __ts", *(f"{sql} AS {name}" for sql, name in keys)]
     computed += [f"{sql} AS {name}" for name, sql in values]
     source = f"SELECT d.*, {', '.join(computed)} FROM {relation}"
