@@ -53,60 +53,31 @@ def filled_windows(
     key_list = "".join(f"{k}, " for k in keys)
     # the grid spans the WHERE's time range where it has one (TDengine fills the queried
     # range) — in a stream's query over an INTERVAL trigger, the trigger's window — else each
-    # partition's first and last window with data
+    # partition's first and last window with data; constants sit inside min/max because the
+    # bounds query aggregates, partitioned or not
     low, high = render.query_bounds()
-    if window.interval.is_calendar:  # a grid of months: their indices, each mapped to its start
+    if window.interval.is_calendar:  # a grid of month indices, each mapped to its start
         if stream is not None:
             raise query_error("FILL over calendar INTERVAL windows in a stream's query is not supported yet", select)
-        months = window.interval.months
-        first = f"min({render.month_index(f'{low}L')})" if low != INT64_MIN else f"min({render.month_index('__w')})"
-        last = f"max({render.month_index(f'{high}L')})" if high != INT64_MAX else f"max({render.month_index('__w')})"
-        first = f"({first} - pmod({first}, {months}))"
-        sequence = f"explode(sequence(__lo, __hi, {months}))"
-        grid_start = render.month_start("__mi")
-        bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg" + (
-            f" GROUP BY {', '.join(keys)}" if keys else ""
-        )
-        months_grid = f"SELECT {key_list}{sequence} AS __mi FROM ({bounds}) __b"
-        grid = f"SELECT {key_list}{grid_start} AS __w FROM ({months_grid}) __m"
-        return _filled_select(select, window, scope, mode, inner, grid, keys, items, kinds, partition_sql, render)
-    step = render.duration(window.sliding or window.interval, select)
-    spec = interval_spec(window, scope, select)
-    # (constants inside min/max: the bounds query aggregates, partitioned or not)
-    first = f"min({spec.first_start(low)}L)" if low != INT64_MIN else "min(__w)"
-    last = f"max({spec.floor(high)}L)" if high != INT64_MAX else "max(__w)"
-    if stream is not None and stream.window_label is not None:
-        inner = inner.replace(" FROM ", ", __trig._twstart AS __tws, __trig._twend AS __twe FROM ", 1)
-
-        def floor(ts: str) -> str:
-            return f"({ts} - pmod({ts} - {spec.offset}, {spec.sliding}))"
-
-        first = f"min({floor(f'__tws - {spec.interval}')} + {spec.sliding})"
-        last = f"max({floor('__twe - 1')})"
-    bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg" + (
-        f" GROUP BY {', '.join(keys)}" if keys else ""
-    )
+        step = window.interval.months
+        first = f"min({render.month_index(f'{low}L' if low != INT64_MIN else '__w')})"
+        first = f"({first} - pmod({first}, {step}))"
+        last = f"max({render.month_index(f'{high}L' if high != INT64_MAX else '__w')})"
+    else:
+        step = render.duration(window.sliding or window.interval, select)
+        spec = interval_spec(window, scope, select)
+        first = f"min({spec.first_start(low)}L)" if low != INT64_MIN else "min(__w)"
+        last = f"max({spec.floor(high)}L)" if high != INT64_MAX else "max(__w)"
+        if stream is not None and stream.window_label is not None:
+            inner = inner.replace(" FROM ", ", __trig._twstart AS __tws, __trig._twend AS __twe FROM ", 1)
+            first = f"min({spec.floor_sql(f'__tws - {spec.interval}')} + {spec.sliding})"
+            last = f"max({spec.floor_sql('__twe - 1')})"
+    group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
+    bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg{group_by}"
     grid = f"SELECT {key_list}explode(sequence(__lo, __hi, CAST({step} AS BIGINT))) AS __w FROM ({bounds}) __b"
-    return _filled_select(select, window, scope, mode, inner, grid, keys, items, kinds, partition_sql, render)
-
-
-def _filled_select(
-    select: ast.Select,
-    window: ast.IntervalWindow,
-    scope: Scope,
-    mode: str,
-    inner: str,
-    grid: str,
-    keys: list[str],
-    items: list[tuple[str, str, OutputColumn]],
-    kinds: list[str],
-    partition_sql: list[str],
-    render: Renderer,
-) -> str:
-    """The grid of window starts (``__w`` per partition key) left-joined to the aggregated
-    windows (``__agg``), each column filled by the mode."""
-    assert window.fill is not None
-    stream = render.ctx.stream
+    if window.interval.is_calendar:
+        grid = f"SELECT {key_list}{render.month_start('__w')} AS __w FROM ({grid}) __m"
+    # the grid left-joined to the aggregated windows, each column filled by the mode
     on = " AND ".join([*(f"g.{k} <=> a.{k}" for k in keys), "g.__w = a.__w"])
     pseudo = {"d.__qw": "g.__w", **{v: v.replace("d.__qw", "g.__w") for v in scope.window_sql.values()}}
     filled_columns = [i for i, (sql, _, _) in enumerate(items) if sql not in pseudo and sql not in partition_sql]
@@ -260,12 +231,13 @@ def calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: Scop
         raise query_error("a calendar INTERVAL (n, y) takes no offset", select)
     assert scope.pk is not None
     month = render.month_index(scope.pk.removeprefix("d."))
+    end = render.shift_months("d.__qw", months)
     scope.window = window
     scope.window_sql = {
         "label": render.month_start(f"({month} - pmod({month}, {months}))"),
         "_wstart": "d.__qw",
-        "_wend": render.shift_months("d.__qw", months),
-        "_wduration": f"({render.shift_months('d.__qw', months)} - d.__qw)",
+        "_wend": end,
+        "_wduration": f"({end} - d.__qw)",
     }
 
 
