@@ -102,10 +102,7 @@ class TranslationContext:
 
     def parameter(self, scalar_sql: str) -> str:
         """A placeholder for the value of ``scalar_sql`` (one row, one column), which the
-        caller evaluates and substitutes before running the query (one per distinct SQL)."""
-        for name, known in self.parameters:
-            if known == scalar_sql:
-                return name
+        caller evaluates and substitutes before running the query."""
         name = f"__parameter{len(self.parameters)}__"
         self.parameters.append((name, scalar_sql))
         return name

@@ -104,6 +104,14 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
             + [f"__trig.{column}" for column, _ in dict.fromkeys(TRIGGER_NAMES.values())]
             + [f"__trig.__g{i}" for i in range(1, len(stream.group_columns) + 1)]
         )
+    order = _order_by(select, scope, render, items, group_keys if is_aggregate else [], is_aggregate)
+    if stream is not None and is_aggregate and scope.base is not None:
+        # decided before the join-first plan is built: most batch queries take this one
+        by_trigger = order if "__trig.__tid" in order else ["__trig.__tid", *order]
+        early = aggregated_before_join(select, scope, render, items, where_sql, by_trigger, stream)
+        if early is not None:
+            return early, [col for _, _, col in items], scope
+    if stream is not None:
         triggers = f"{quote_ident(stream.triggers_view)} __trig"
         if scope.base is None:
             relation, filter_sql = triggers, where_sql
@@ -143,7 +151,6 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
             [c for _, _, c in items],
             scope,
         )
-    order = _order_by(select, scope, render, items, group_keys if is_aggregate else [], is_aggregate)
     sliced = select.slimit is not None or select.soffset is not None
     if (select.limit is not None or select.offset is not None) and not sliced and (stream or select.partition_by):
         # LIMIT/OFFSET apply per trigger and per partition (TDengine limits each partition's
@@ -167,10 +174,6 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
         return sql, [col for _, _, col in items], scope
     if stream is not None and "__trig.__tid" not in order:
         order.insert(0, "__trig.__tid")
-    if stream is not None and is_aggregate and scope.base is not None:
-        early = aggregated_before_join(select, scope, render, items, where_sql, order, stream)
-        if early is not None:
-            return early, [col for _, _, col in items], scope
     if sliced:
         keys = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
         return _group_slice(select, parts, items, order, keys), [col for _, _, col in items], scope
