@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,21 @@ def _group_buckets(trigger: WindowTrigger, group_columns: tuple[str, ...]) -> Ca
     return per_group
 
 
+def time_ordered(data: pa.Table, ts_column: str, read: Sequence[str]) -> tuple[pa.Table, list[RowChange]]:
+    """A group's rows sorted by time — ties between child tables broken by name, a stable
+    rule — and as the RowChanges a trigger replays, carrying the values it reads."""
+    data = data.sort_by(
+        [(ts_column, "ascending"), *([("tbname", "ascending")] if "tbname" in data.column_names else [])]
+    )
+    stamps = data.column(ts_column).to_pylist()
+    if read:  # column-wise conversion, then one small dict per row of what is read
+        columns = [data.column(n).to_pylist() for n in read]
+        records = [dict(zip(read, row, strict=True)) for row in zip(*columns, strict=True)]
+    else:  # INTERVAL, SESSION, SLIDING without PRE_FILTER read no values: no dicts at all
+        records = [{}] * len(stamps)
+    return data, [RowChange(ts, "insert", values) for ts, values in zip(stamps, records, strict=True)]
+
+
 def _group_windows(
     trigger: EventTimeTrigger, admission: Admission, primary_key: str, group_columns: tuple[str, ...]
 ) -> Callable[[pa.Table], pa.Table]:
@@ -76,19 +91,8 @@ def _group_windows(
     read = sorted(columns_read(trigger, admission))
 
     def per_group(data: pa.Table) -> pa.Table:
-        # time order; ties between child tables of one group broken by name, as a stable rule
-        data = data.sort_by([(primary_key, "ascending"), ("tbname", "ascending")])
-        stamps = data.column(primary_key).to_pylist()
-        if read:  # column-wise conversion, then one small dict per row of what is read
-            columns = [data.column(n).to_pylist() for n in read]
-            records = [dict(zip(read, row, strict=True)) for row in zip(*columns, strict=True)]
-        else:  # INTERVAL, SESSION, SLIDING without PRE_FILTER read no values: no dicts at all
-            records = [{}] * len(stamps)
-        rows = [
-            RowChange(ts, "insert", values)
-            for ts, values in zip(stamps, records, strict=True)
-            if admission.admits(ts, values)
-        ]
+        _, changes = time_ordered(data, primary_key, read)
+        rows = [change for change in changes if admission.admits(change.ts, change.values)]
         fired, state = replay(trigger, rows)
         return _output(_group_key(data, group_columns), fired, state)
 

@@ -22,7 +22,7 @@ from ..errors import QueryError
 from ..sql.translate import RowWindowPlan, TranslatedQuery
 from ..storage.spark_read import SparkViews
 from ..triggers.replay import query_window_trigger, query_windows
-from ..triggers.rows import RowChange
+from .bulk import time_ordered
 
 # the columns a labelled row carries besides its own: window number (per group), first and
 # last row time
@@ -65,15 +65,8 @@ def _label_group(plan: RowWindowPlan) -> Callable[[pa.Table], pa.Table]:
     read = plan.values
 
     def per_group(data: pa.Table) -> pa.Table:
-        # time order; rows of one instant (child tables merged) keep a stable order by name
-        order = [("__ts", "ascending")] + ([("tbname", "ascending")] if "tbname" in data.column_names else [])
-        data = data.sort_by(order)
-        stamps = data.column("__ts").to_pylist()
-        columns = [data.column(name).to_pylist() for name in read]
-        rows = [
-            RowChange(ts, "insert", dict(zip(read, values, strict=True)))
-            for ts, *values in zip(stamps, *columns, strict=True)
-        ]
+        data, rows = time_ordered(data, "__ts", read)
+        stamps = [row.ts for row in rows]
         indices: list[int] = []
         labels: list[list[int]] = [[], [], []]
         for number, window in enumerate(query_windows(trigger, rows)):
