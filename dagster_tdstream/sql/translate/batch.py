@@ -9,7 +9,7 @@ import re
 from .. import ast
 from ..walk import conjuncts
 from .render import Renderer
-from .scope import FLIPPED, OutputColumn, Scope, StreamScope, quote_ident
+from .scope import FLIPPED, OutputColumn, Scope, StreamScope, data_references, quote_ident
 from .sources import data_relation
 
 _PK_BOUND = re.compile(r"\(?(.+?) (>=|>|<=|<) (.+?)\)?")
@@ -43,7 +43,7 @@ def range_buckets(select: ast.Select, scope: Scope, render: Renderer, stream: St
         left, op, right = match.groups()
         if right == scope.pk:
             left, op, right = right, FLIPPED[op], left
-        if left != scope.pk or "__trig." not in right or DATA_COLUMN.search(right) or not _balanced(right):
+        if left != scope.pk or "__trig." not in right or data_references(right) or not _balanced(right):
             continue  # not the timestamp against the trigger's own values alone
         if op in (">=", ">"):
             low = right
@@ -64,7 +64,7 @@ def range_buckets(select: ast.Select, scope: Scope, render: Renderer, stream: St
 _TRIGGER_EQUALITY = re.compile(r"(.+) (<=>|=) (__trig\.\w+)")
 
 
-DATA_COLUMN = re.compile(r"\bd\.(?!__a\d+\b)")
+_LIFTED = re.compile(r"__a\d+")  # an aggregate computed before the join, as a column of d
 
 
 def aggregated_before_join(
@@ -120,7 +120,8 @@ def aggregated_before_join(
     select_list = [f"{lifted(sql)} AS {alias}" for sql, alias, _ in items]
     having = lifted(render.condition(select.having)) if select.having is not None else None
     ordering = [lifted(entry) for entry in order]
-    if any(DATA_COLUMN.search(sql) for sql in [*select_list, *ordering, *([having] if having else [])]):
+    outer = [*select_list, *ordering, *([having] if having else [])]
+    if any(not _LIFTED.fullmatch(ref) for sql in outer for ref in data_references(sql)):
         return None  # data outside an aggregate (a companion, a data column): join first
     computed = ", ".join(f"{sql} AS {name}" for sql, name in columns.items())
     if equalities:

@@ -7,6 +7,7 @@ columns as ``d.<name>``). No SQL is rendered here.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -158,6 +159,14 @@ def quote_ident(name: str) -> str:
 
 def quote_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_DATA_REFERENCE = re.compile(r"\bd\.(`(?:[^`]|``)+`|\w+)")
+
+
+def data_references(sql: str) -> list[str]:
+    """The columns of the data relation ``d`` that rendered SQL reads (``d.`v``` → ```v```)."""
+    return _DATA_REFERENCE.findall(sql)
 
 
 def query_error(message: str, node: ast.Expr | ast.Select | None = None) -> QueryError:

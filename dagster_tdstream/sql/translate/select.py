@@ -5,8 +5,6 @@ companions, ORDER BY, LIMIT/SLIMIT; the other stages live beside it (``sources``
 
 from __future__ import annotations
 
-import re
-
 from .. import ast
 from ..walk import walk
 from .batch import aggregated_before_join, range_buckets
@@ -18,6 +16,7 @@ from .scope import (
     Scope,
     TranslatedQuery,
     TranslationContext,
+    data_references,
     output_name,
     query_error,
     quote_ident,
@@ -186,9 +185,6 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
     return " ".join(parts), [col for _, _, col in items], scope
 
 
-_DATA_REFERENCE = re.compile(r"\bd\.(`(?:[^`]|``)+`|\w+)")
-
-
 def _check_grouped(
     select: ast.Select,
     before: list[tuple[str, str, OutputColumn]],
@@ -198,12 +194,12 @@ def _check_grouped(
     """In an aggregate query a select item reads the data only through aggregates, the
     grouping (PARTITION BY, GROUP BY, the window) or as the companion of one selector; anything
     else is rejected here, with its position, rather than failing in Spark."""
-    grouped = {ref for key in group_keys for ref in _DATA_REFERENCE.findall(key)}
+    grouped = {ref for key in group_keys for ref in data_references(key)}
     for index, ((sql, _, _), (now, _, _)) in enumerate(zip(before, after, strict=True)):
         item = select.items[index] if index < len(select.items) else None
         if item is None or isinstance(item.expr, ast.Star) or sql != now or _contains_aggregate(item.expr):
             continue
-        loose = [ref for ref in _DATA_REFERENCE.findall(sql) if ref not in grouped]
+        loose = [ref for ref in data_references(sql) if ref not in grouped]
         if loose:
             raise query_error(
                 f"{item.text} is neither aggregated nor grouped: put it inside an aggregate, in PARTITION BY or "
