@@ -202,9 +202,8 @@ class CountTrigger(RowWindowTrigger):
         """The last window of a query may hold fewer than ``size`` counted rows: the first
         window not yet full, unless a full window already reached the last row."""
         counted = state.counted
-        first_open = max(0, -((self.size - counted) // self.slide)) * self.slide  # ceil((n - size) / slide) * slide
-        while first_open + self.size <= counted:
-            first_open += self.slide
+        # the first window start (a multiple of slide) whose window is not full: k·slide + size > counted
+        first_open = max(0, (counted - self.size) // self.slide + 1) * self.slide
         previous_end = first_open - self.slide + self.size - 1
         if first_open >= counted or (first_open > 0 and previous_end >= counted - 1):
             return []
