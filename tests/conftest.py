@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Spark session for the whole run, a fresh warehouse per test."""
+"""Shared fixtures: one warm Spark Connect server for the whole run (started on first use, as
+the product starts it, and stopped at the end), a fresh warehouse per test."""
 
 from __future__ import annotations
 
@@ -12,16 +13,29 @@ import pyarrow as pa
 import pytest
 
 from dagster_tdstream import Session, StreamHarness, Warehouse, build_spark_session
-from dagster_tdstream.compute.spark import LazySpark
+from dagster_tdstream.compute.spark import SPARK_MASTER_ENV, LazySpark
+from dagster_tdstream.compute.spark_server import HOME_ENV, stop_server
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.pop(SPARK_MASTER_ENV, None)  # the tests' own warm server, whatever the shell points at
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "tdengine"
+CONFORMANCE = Path(__file__).resolve().parent / "conformance" / "tdengine"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every Spark client of the run — test sessions, harness runs, CLI commands, Dagster
+    subprocesses (they inherit the environment) — adopts the one server kept here."""
+    home = tmp_path_factory.mktemp("spark-connect")
+    os.environ[HOME_ENV] = str(home)
+    yield home
+    stop_server(home)
+    os.environ.pop(HOME_ENV, None)
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    session = build_spark_session(conf={"spark.driver.memory": "2g", "spark.ui.enabled": "false"})
+def spark(spark_home: Path) -> Iterator[object]:
+    session = build_spark_session()
     yield session
     session.stop()
 
