@@ -63,3 +63,7 @@ class WriteRejectedError(TDStreamError):
 
 class QueryError(TDStreamError):
     """A query could not be translated or executed."""
+
+
+class SparkUnavailableError(TDStreamError):
+    """The Spark endpoint cannot be reached, or the local Spark Connect server cannot start."""

@@ -73,7 +73,7 @@ class Session:
         self.control = control
         self.database = normalize(database) if database else None
         self.timezone = resolve_timezone(timezone)
-        self.spark = spark if isinstance(spark, LazySpark) else LazySpark(session=spark)
+        self.spark = spark if isinstance(spark, LazySpark) else LazySpark(session=spark, warehouse=self.warehouse.uri)
         self.clock = clock
         self._view_counter = 0
 

@@ -17,6 +17,7 @@ from ..sql import ast
 from ..sql.parser import parse_statement
 from ..sql.timeunits import TimeValueError, resolve_timezone
 from ..sql.validate import validate_create_stream
+from .spark import spark as spark_commands
 
 TIMEZONE_ENV = "TDSTREAM_TIMEZONE"
 
@@ -303,3 +304,6 @@ def _checker(setup: str | None, timezone: str | None) -> Callable[[str], None]:
         session.check(text)
 
     return check_with_catalog
+
+
+main.add_command(spark_commands)

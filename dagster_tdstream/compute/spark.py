@@ -1,70 +1,89 @@
-"""Spark sessions for tdstream.
+"""Spark sessions for tdstream: always a Spark Connect client of a warm, shared server.
 
-Owns how a Spark session is built: local by default (``local[2]``, UI off, loopback, small
-shuffle, UTC session time, ANSI off so that division by zero yields NULL as in TDengine),
-a cluster master URL or a Spark Connect ``sc://`` URL by config (``TDSTREAM_SPARK_MASTER``).
-Must not read or write tables: ``storage/spark_read.py`` registers them.
+Owns how a session is obtained from the one setting ``TDSTREAM_SPARK_MASTER``: a Spark Connect
+URL (``sc://host:port``) is used as it is; anything else — ``local[2]`` (the default), a
+standalone master ``spark://host:7077``, ``yarn`` — is the master of the local Spark Connect
+server that ``spark_server.py`` starts once and every process adopts, so no run, sensor or
+shell boots a JVM of its own. Sets the session settings TDengine's semantics need. Must not
+read or write tables: ``storage/spark_read.py`` registers them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
+from pathlib import Path
 from typing import Any
 
-SPARK_MASTER_ENV = "TDSTREAM_SPARK_MASTER"
+from ..errors import SparkUnavailableError
+from .spark_server import endpoint_reachable, ensure_server, server_home
 
-DEFAULT_CONF: dict[str, str] = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "2",
+SPARK_MASTER_ENV = "TDSTREAM_SPARK_MASTER"
+DEFAULT_MASTER = "local[2]"
+
+# set on every client session: a remote server may have other defaults than ours
+SESSION_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     # Spark 4 defaults to ANSI mode, where 1/0 raises; TDengine returns NULL
     "spark.sql.ansi.enabled": "false",
-    "spark.driver.memory": "2g",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-    "spark.sql.adaptive.enabled": "true",
 }
 
 
-def build_spark_session(
-    master: str | None = None, app_name: str = "tdstream", conf: dict[str, str] | None = None
-) -> Any:
-    """A Spark session (``pyspark.sql.SparkSession``); reuses the active one if any."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    # Python workers (the trigger replay UDF) need this interpreter's packages: without this,
-    # Spark starts whatever ``python3`` is first on PATH, which lacks pyarrow outside a venv shell
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+def resolve_master(master: str | None = None) -> str:
+    return master or os.environ.get(SPARK_MASTER_ENV) or DEFAULT_MASTER
 
-    master = master or os.environ.get(SPARK_MASTER_ENV) or "local[2]"
-    builder = SparkSession.builder.appName(app_name)
+
+def spark_endpoint(
+    master: str | None = None, *, warehouse: str | None = None, conf: dict[str, str] | None = None
+) -> str:
+    """The Spark Connect URL to use: the configured endpoint, checked to answer, or the local
+    warm server for ``master`` (started if none runs). Raises one clear line otherwise."""
+    master = resolve_master(master)
     if master.startswith("sc://"):
-        builder = builder.remote(master)
-    else:
-        builder = builder.master(master)
-        for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
-            builder = builder.config(key, value)
-    # pyspark logs every failed query's analysis error with the JVM stack at ERROR; the
-    # session turns those into one-line QueryErrors, so the log record is noise
+        if not endpoint_reachable(master):
+            raise SparkUnavailableError(
+                f"Spark Connect endpoint {master} is not reachable; start it (for the local server: "
+                f"`tdstream spark start`) or point {SPARK_MASTER_ENV} at a running one"
+            )
+        return master
+    home = server_home(warehouse)
+    return ensure_server(master, home, conf).url
+
+
+def build_spark_session(
+    master: str | None = None,
+    app_name: str = "tdstream",
+    conf: dict[str, str] | None = None,
+    *,
+    warehouse: str | None = None,
+) -> Any:
+    """A Spark Connect session (``pyspark.sql.connect.session.SparkSession``) on the warm server."""
+    url = spark_endpoint(master, warehouse=warehouse, conf=conf)
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    # pyspark.sql.functions and friends dispatch on this: set, they build Connect expressions
+    # (pyspark's own builder sets it the same way for a remote session)
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # pyspark logs every failed query's analysis error at ERROR; the session turns those into
+    # one-line QueryErrors, so the log record is noise
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR") if not master.startswith("sc://") else None
+    from pyspark.sql.connect.session import SparkSession
+
+    session = SparkSession.builder.remote(url).appName(app_name).create()
+    settings = {**SESSION_CONF, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.sql.")}}
+    for key, value in settings.items():
+        session.conf.set(key, value)
     return session
 
 
 class LazySpark:
-    """Starts Spark on first use: DDL and inserts never pay for a JVM."""
+    """Connects to Spark on first use: DDL and inserts never pay for it."""
 
-    def __init__(self, master: str | None = None, session: Any = None) -> None:
+    def __init__(self, master: str | None = None, session: Any = None, warehouse: str | Path | None = None) -> None:
         self._master = master
         self._session = session
+        self._warehouse = str(warehouse) if warehouse is not None else None
 
     def get(self) -> Any:
         if self._session is None:
-            self._session = build_spark_session(self._master)
+            self._session = build_spark_session(self._master, warehouse=self._warehouse)
         return self._session
