@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent
 project = TDStreamProject(
     warehouse=os.environ.get("TDSTREAM_WAREHOUSE", str(ROOT / ".tdstream")),
     sql_files=sorted((ROOT / "assets" / "streams").glob("*.sql")),
-    spark_master=os.environ.get("TDSTREAM_SPARK_MASTER", "local[2]"),
+    # TDSTREAM_SPARK_MASTER, else local[2]: the master of the warm local Spark Connect server
+    spark_master=os.environ.get("TDSTREAM_SPARK_MASTER"),
 )
 
 defs = Definitions.merge(build_definitions(project), Definitions(sensors=[demo_meter_feeder]))

@@ -4,6 +4,7 @@ harness clock) and FILL_HISTORY start times."""
 from __future__ import annotations
 
 import pytest
+from dagster import AssetKey
 
 from dagster_tdstream import Session, StreamHarness, Warehouse
 
@@ -148,7 +149,9 @@ def test_a_trigger_that_cannot_be_evaluated_is_a_stream_error_not_a_crash(
     assert "d__ev__trigger" in report.skipped and "cannot run" in report.skipped["d__ev__trigger"]
 
 
-def test_low_latency_calc_runs_each_trigger_at_once(session: Session, harness: StreamHarness) -> None:
+def test_low_latency_calc_computes_in_one_live_run_that_records_each_partition(
+    session: Session, harness: StreamHarness
+) -> None:
     session.execute(
         "create database d; use d; create table t (ts timestamp, v int);"
         "create stream batched interval(10s) sliding(10s) from t into b_out as select _twstart, sum(v) s from %%trows;"
@@ -161,8 +164,16 @@ def test_low_latency_calc_runs_each_trigger_at_once(session: Session, harness: S
     expected = [(T, 1), (T + 10000, 2), (T + 20000, 3)]
     assert output(session, "select * from b_out") == output(session, "select * from q_out") == expected
     runs = harness.instance.get_runs()
-    by_stream: dict[str, list[str]] = {}
-    for run in runs:
-        by_stream.setdefault(run.tags["tdstream/stream"], []).append(run.tags["tdstream/batch"])
-    assert len(by_stream["d.batched"]) == 1  # one run for the three windows
-    assert len(by_stream["d.quick"]) == 3 and len(set(by_stream["d.quick"])) == 3  # one run per window
+    batched = [run for run in runs if run.tags.get("tdstream/stream") == "d.batched"]
+    live = [run for run in runs if run.tags.get("tdstream/live") == "d.quick"]
+    assert len(batched) == 1 and batched[0].tags["tdstream/pool"] == "batch"  # one run for the three windows
+    assert len(live) == 1 and live[0].tags["tdstream/mode"] == "live" and "tdstream/stream" not in live[0].tags
+    # the live run recorded the windows it computed as materializations of their partition
+    records = harness.instance.fetch_materializations(AssetKey(["tdstream", "d", "q_out"]), limit=10).records
+    assert [r.asset_materialization.partition for r in records] == ["2023-11-14-22:00"]
+    assert records[0].asset_materialization.metadata["tdstream/windows_computed"].value == 3
+    assert records[0].run_id == live[0].run_id
+    # more rows later: the next live run takes them from where the last one stopped
+    session.execute(f"insert into t values ({T + 40000}, 5)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from q_out") == [*expected, (T + 30000, 4)]

@@ -10,7 +10,7 @@ from the table data and overwrites that range of the output in one commit.
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -31,7 +31,8 @@ from ..notify.events import notification_events
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
-from .notifications import build_notify_hook
+from .live import LIVE_MODE, UNTIL_IDLE_TAG, run_live, still_running
+from .notifications import TDStreamNotifier, build_notify_hook
 from .partitions import to_event_time
 from .resources import TDStreamSpark, TDStreamWarehouse
 
@@ -50,10 +51,12 @@ def build_stream_asset(
     op_name: str,
     *,
     notifies: bool = False,
+    clock: Callable[[], int] = time.time_ns,
 ) -> AssetsDefinition:
     @multi_asset(
         name=op_name,
-        specs=[spec],
+        # a live run records each window's partition as it lands and ends without one result
+        specs=[spec.replace_attributes(skippable=True)],
         partitions_def=partitions,
         backfill_policy=BackfillPolicy.single_run(),
         op_tags={STREAM_TAG: stream_key},
@@ -61,37 +64,75 @@ def build_stream_asset(
         hooks={build_notify_hook(stream_key)} if notifies else None,
     )
     def stream_asset(
-        context: AssetExecutionContext, tdstream_spark: TDStreamSpark, tdstream_warehouse: TDStreamWarehouse
+        context: AssetExecutionContext,
+        tdstream_spark: TDStreamSpark,
+        tdstream_warehouse: TDStreamWarehouse,
+        tdstream_notifier: TDStreamNotifier,
     ) -> Iterator[MaterializeResult]:
-        warehouse = tdstream_warehouse.get()
-        stream = load_stream(warehouse, stream_key)
-        spark = tdstream_spark.spark_session
-        # the stream's literals are read in the time zone of the session that created it
-        zone = resolve_timezone(stream.info.timezone) if stream.info.timezone else tdstream_warehouse.zone()
         try:
-            outcome, metadata = _compute(context, spark, warehouse, stream, zone)
-        except Exception as exc:
-            # recorded on the stream (SHOW STREAMS: Failed, with the reason), then the run fails
-            warehouse.catalog.set_stream_error(stream.key, f"run {context.run.run_id} failed: {exc}")
-            raise
-        if stream.info.last_error:
-            warehouse.catalog.set_stream_error(stream.key, None)
-        context.log.info(
-            f"stream {stream.key}: {outcome.windows} window(s) computed, {outcome.rows_written} row(s) written"
-        )
-        metadata.update(
-            {
-                "tdstream/windows_computed": outcome.windows,
-                "tdstream/rows_written": outcome.rows_written,
-                "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
-                "tdstream/offsets": MetadataValue.text(
-                    f"{outcome.offsets[0]}..{outcome.offsets[1]}" if outcome.offsets else "none"
-                ),
-            }
-        )
-        yield MaterializeResult(asset_key=spec.key, metadata=metadata)
+            yield from _materialize(
+                context, stream_key, spec, partitions, tdstream_spark, tdstream_warehouse, tdstream_notifier, clock
+            )
+        finally:
+            tdstream_spark.release()
 
     return stream_asset
+
+
+def _materialize(
+    context: AssetExecutionContext,
+    stream_key: str,
+    spec: AssetSpec,
+    partitions: TimeWindowPartitionsDefinition,
+    tdstream_spark: TDStreamSpark,
+    tdstream_warehouse: TDStreamWarehouse,
+    tdstream_notifier: TDStreamNotifier,
+    clock: Callable[[], int],
+) -> Iterator[MaterializeResult]:
+    """The run by its mode: live, pending triggers, history or a partition range."""
+    warehouse = tdstream_warehouse.get()
+    stream = load_stream(warehouse, stream_key)
+    spark = tdstream_spark.spark_session
+    # the stream's literals are read in the time zone of the session that created it
+    zone = resolve_timezone(stream.info.timezone) if stream.info.timezone else tdstream_warehouse.zone()
+    if context.run.tags.get(MODE_TAG) == LIVE_MODE:
+        wanted = still_running(context.instance, warehouse, stream_key)
+        windows = run_live(
+            context,
+            spark,
+            warehouse,
+            stream_key,
+            zone,
+            tdstream_notifier,
+            partitions,
+            still_wanted=wanted,
+            until_idle=context.run.tags.get(UNTIL_IDLE_TAG) == "true",
+            clock=clock,
+        )
+        context.log.info(f"stream {stream_key}: live run ends after {windows} window(s)")
+        return
+    try:
+        outcome, metadata = _compute(context, spark, warehouse, stream, zone)
+    except Exception as exc:
+        # recorded on the stream (SHOW STREAMS: Failed, with the reason), then the run fails
+        warehouse.catalog.set_stream_error(stream.key, f"run {context.run.run_id} failed: {exc}")
+        raise
+    if stream.info.last_error:
+        warehouse.catalog.set_stream_error(stream.key, None)
+    context.log.info(
+        f"stream {stream.key}: {outcome.windows} window(s) computed, {outcome.rows_written} row(s) written"
+    )
+    metadata.update(
+        {
+            "tdstream/windows_computed": outcome.windows,
+            "tdstream/rows_written": outcome.rows_written,
+            "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
+            "tdstream/offsets": MetadataValue.text(
+                f"{outcome.offsets[0]}..{outcome.offsets[1]}" if outcome.offsets else "none"
+            ),
+        }
+    )
+    yield MaterializeResult(asset_key=spec.key, metadata=metadata)
 
 
 def _compute(

@@ -56,7 +56,7 @@ class TDStreamComponent(Component, Resolvable):
     sql_path: str = "streams"
     warehouse: str | None = None  # a path or URI; default TDSTREAM_WAREHOUSE or ./.tdstream
     metadata_url: str | None = None
-    spark_master: str = "local[2]"
+    spark_master: str | None = None  # sc://… or the warm local server's master; default TDSTREAM_SPARK_MASTER
     spark_config: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
     partition_grain: str | None = None  # hourly | daily; default chosen from each window

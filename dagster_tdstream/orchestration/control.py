@@ -88,6 +88,8 @@ class DagsterStreamControl:
     def __init__(self, link: DagsterLink, *, timeout_seconds: float = 60.0) -> None:
         self.link = link
         self.timeout_seconds = timeout_seconds  # a reload re-imports the code location
+        self._held = False  # reloads deferred to the end of a script
+        self._reload_pending = False
 
     # ------------------------------------------------------------------ what statements call
 
@@ -101,9 +103,22 @@ class DagsterStreamControl:
         self._forget_switches(stream_key)
         return self._reload_all()
 
+    def hold_reloads(self) -> None:
+        self._held, self._reload_pending = True, False
+
+    def release_reloads(self) -> str | None:
+        self._held = False
+        if not self._reload_pending:
+            return None
+        self._reload_pending = False
+        return self._reload_all()
+
     def _reload_all(self) -> str:
         """Reload every code location that serves tdstream (they build their definitions from
-        the stream registry)."""
+        the stream registry); within a script that holds reloads, once at its end."""
+        if self._held:
+            self._reload_pending = True
+            return "Dagster: the code location is reloaded once, at the end of the script"
         try:
             reloaded = [self._reload(location) for location in self._locations_serving_tdstream()]
         except DagsterUnavailable as exc:
@@ -118,6 +133,11 @@ class DagsterStreamControl:
         directly; the sensor itself also skips while the registry says Stopped."""
         action = "started" if running else "stopped"
         try:
+            if self._reload_pending:  # created earlier in this script: load it now
+                self._reload_pending = False
+                self._held = False
+                self._reload_all()
+                self._held = True
             instigator = self._instigator(stream_key)
             if instigator is None:  # not loaded yet (created since the last reload)
                 self._reload_all()

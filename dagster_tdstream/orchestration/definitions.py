@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import AssetChecksDefinition, AssetsDefinition, Definitions, ScheduleDefinition, SensorDefinition
+from dagster import (
+    AssetChecksDefinition,
+    AssetsDefinition,
+    Definitions,
+    ScheduleDefinition,
+    SensorDefinition,
+    in_process_executor,
+)
 
 from ..names import definition_name, schedule_name, sensor_name
 from ..session import Session
@@ -42,7 +49,9 @@ class TDStreamProject:
     warehouse: str | None = None
     sql_files: Sequence[str | Path] = ()
     metadata_url: str | None = None
-    spark_master: str = "local[2]"
+    # a Spark Connect URL, or the master of the warm local Connect server; None: the
+    # TDSTREAM_SPARK_MASTER environment, then local[2]
+    spark_master: str | None = None
     spark_config: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
     partition_grain: str | None = None  # hourly | daily; default chosen from each window
@@ -84,7 +93,9 @@ def stream_definitions(
         spec = translator.get_asset_spec(stream)
         partitions = partitions_for(warehouse, stream, partition_grain)
         notifies = stream.stmt.notification is not None
-        asset = build_stream_asset(stream.key, spec, partitions, definition_name(stream.key), notifies=notifies)
+        asset = build_stream_asset(
+            stream.key, spec, partitions, definition_name(stream.key), notifies=notifies, clock=clock
+        )
         running = stream.info.status != "Stopped"
         lag_check = build_lag_check(stream.key, spec.key, max_lag_seconds)
         crons = period_crons(stream)
@@ -129,11 +140,16 @@ def build_definitions(
             *([build_notification_sensor()] if any(job.notifies for job in jobs) else []),
         ],
         schedules=[job.schedule for job in jobs if job.schedule is not None],
+        # a stream's run is one Spark job on the warm server plus its lag check: a step
+        # subprocess each would cost seconds of interpreter start and imports for nothing
+        executor=in_process_executor,
         resources={
             "tdstream_warehouse": TDStreamWarehouse(
                 uri=warehouse.uri, metadata_url=project.metadata_url, timezone=project.timezone
             ),
-            "tdstream_spark": TDStreamSpark(master=project.spark_master, spark_config=dict(project.spark_config)),
+            "tdstream_spark": TDStreamSpark(
+                master=project.spark_master, warehouse=warehouse.uri, spark_config=dict(project.spark_config)
+            ),
             "tdstream_notifier": project.notifier,
         },
     )

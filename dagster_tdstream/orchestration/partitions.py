@@ -67,6 +67,17 @@ def partitions_for(
     )
 
 
+def partition_key(partitions: TimeWindowPartitionsDefinition, precision: str, value: int) -> str:
+    """The partition holding event time ``value``, clamped into the defined range (a window
+    before the first partition or after the last one goes to that end)."""
+    last_key = partitions.get_last_partition_key()
+    assert last_key is not None  # partitions start at or before today and run past it
+    low_bound = partitions.start.timestamp()
+    high_bound = partitions.time_window_for_partition_key(last_key).start.timestamp()
+    stamp = min(max(to_datetime(value, precision).timestamp(), low_bound), high_bound)
+    return partitions.get_partition_key_for_timestamp(stamp)
+
+
 def to_event_time(value: datetime, precision: str) -> int:
     return int(value.timestamp()) * 10**9 // PRECISIONS[precision]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
 from pydantic import Field, PrivateAttr
 
-from ..compute.spark import build_spark_session
+from ..compute.spark import build_spark_session, spark_endpoint
 from ..sql.timeunits import resolve_timezone
 from ..storage.warehouse import Warehouse
 
@@ -33,11 +34,38 @@ class TDStreamWarehouse(ConfigurableResource):
 
 
 class TDStreamSpark(PySparkResource):
-    """dagster-pyspark's resource with tdstream's session defaults: ``master`` is
-    ``local[2]`` by default, a cluster URL, or a Spark Connect ``sc://host:port`` URL."""
+    """dagster-pyspark's resource as a client of the warm Spark: ``master`` is a Spark Connect
+    ``sc://host:port`` URL, or the master (``local[2]``, ``spark://host:7077``) of the local
+    Connect server kept beside ``warehouse``; unset, ``TDSTREAM_SPARK_MASTER`` then ``local[2]``.
+    The session is opened on first use (a sensor only checks the endpoint), never with a JVM of
+    its own, and released on the server when the run ends (``release``)."""
 
-    master: str = "local[2]"
+    master: str | None = None
+    warehouse: str | None = None
     spark_config: dict[str, Any] = Field(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._spark_session = build_spark_session(self.master, conf={k: str(v) for k, v in self.spark_config.items()})
+        self._spark_session = None
+
+    @property
+    def spark_session(self) -> Any:
+        if self._spark_session is None:
+            self._spark_session = build_spark_session(self.master, conf=self._conf(), warehouse=self.warehouse)
+        return self._spark_session
+
+    def endpoint(self) -> str:
+        """The Spark Connect URL runs will use, the local server started if it is down; raises
+        ``SparkUnavailableError`` with one line naming the endpoint otherwise."""
+        return spark_endpoint(self.master, warehouse=self.warehouse, conf=self._conf())
+
+    def release(self) -> None:
+        """Ends the server side of the session (its views and settings); the run calls it when
+        it is done. A resource teardown would make this a context-manager resource, which
+        sensor contexts would then have to open as one."""
+        if self._spark_session is not None:
+            with contextlib.suppress(Exception):
+                self._spark_session.stop()
+            self._spark_session = None
+
+    def _conf(self) -> dict[str, str]:
+        return {key: str(value) for key, value in self.spark_config.items()}

@@ -35,7 +35,8 @@ from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraph
 from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from ..errors import TDStreamError
+from ..errors import SparkUnavailableError, TDStreamError
+from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TICK_ERROR
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
@@ -43,10 +44,12 @@ from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
 from .assets import BATCH_TAG, HISTORY_MODE, HISTORY_TAG, MODE_TAG, STREAM_TAG, TRIGGERS_MODE
 from .control import adopt_switch, switched_states
-from .partitions import event_time_bounds, to_datetime
-from .resources import TDStreamWarehouse
+from .live import POOL_TAG, is_live, live_request
+from .partitions import event_time_bounds, partition_key
+from .resources import TDStreamSpark, TDStreamWarehouse
 
 MAX_ATTEMPTS = 3
+BATCH_POOL = "batch"  # dagster.yaml bounds how many of these run at once
 FAILED_STATUSES = [DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -93,7 +96,7 @@ def build_trigger_sensor(
         "requests a run when windows fire.",
     )
     def trigger_sensor(
-        context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse
+        context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse, tdstream_spark: TDStreamSpark
     ) -> SensorResult | SkipReason:
         warehouse = tdstream_warehouse.get()
         stream = runnable_stream(warehouse, stream_key, context.instance, name)
@@ -104,6 +107,8 @@ def build_trigger_sensor(
             cursor, waiting = _history(context, warehouse, stream, cursor, partitions)
             if waiting is not None:
                 return waiting
+        if is_live(stream):
+            return _keep_live(context, warehouse, stream, asset, partitions, tdstream_spark, cursor, clock)
         deadline = time.monotonic() + time_budget_seconds
         offset = cursor.offset
         try:
@@ -119,6 +124,9 @@ def build_trigger_sensor(
         new_cursor = TriggerCursor(offset).dump()
         backfills = recalculation_backfills(warehouse, stream, asset, partitions)
         answer = pending_runs(context.instance, warehouse, stream, partitions)
+        down = _spark_down(tdstream_spark) if not isinstance(answer, SkipReason) or backfills else None
+        if down is not None:
+            answer, backfills = down, []
         if isinstance(answer, SkipReason):
             if backfills:
                 return SensorResult(run_requests=backfills, cursor=new_cursor)
@@ -126,6 +134,42 @@ def build_trigger_sensor(
         return SensorResult(run_requests=[*backfills, *answer], cursor=new_cursor)
 
     return trigger_sensor
+
+
+def _keep_live(
+    context: SensorEvaluationContext,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    asset: AssetsDefinition,
+    partitions: TimeWindowPartitionsDefinition,
+    spark: TDStreamSpark,
+    cursor: TriggerCursor,
+    clock: Callable[[], int],
+) -> SensorResult:
+    """LOW_LATENCY_CALC: the live run reads the WAL and computes (``live.py``); the tick only
+    keeps one such run going and turns RECALCULATE requests into backfills."""
+    backfills = recalculation_backfills(warehouse, stream, asset, partitions)
+    now = clock() // PRECISIONS[stream.precision]
+    answer = live_request(
+        context.instance, stream, next(iter(asset.keys)), _partition_range(partitions, stream.precision, now, now)
+    )
+    down = _spark_down(spark) if isinstance(answer, RunRequest) or backfills else None
+    if down is not None:
+        return SensorResult(skip_reason=down, cursor=cursor.dump())
+    if isinstance(answer, SkipReason) and not backfills:
+        return SensorResult(skip_reason=answer, cursor=cursor.dump())
+    live = [answer] if isinstance(answer, RunRequest) else []
+    return SensorResult(run_requests=[*backfills, *live], cursor=cursor.dump())
+
+
+def _spark_down(spark: TDStreamSpark) -> SkipReason | None:
+    """Runs are requested only when their Spark answers (the local server is started here if it
+    is down): otherwise the tick says why, and the triggers stay pending for the next tick."""
+    try:
+        spark.endpoint()
+    except SparkUnavailableError as exc:
+        return SkipReason(f"{exc.message}; the pending triggers wait")
+    return None
 
 
 def runnable_stream(
@@ -197,7 +241,7 @@ def pending_runs(
             )
             continue
         starts = [int(t["wstart"]) for t in batch if t["wstart"] is not None]
-        tags = {STREAM_TAG: stream.key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: name}
+        tags = {STREAM_TAG: stream.key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: name, POOL_TAG: BATCH_POOL}
         tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
         requests.append(RunRequest(run_key=f"{stream.key}:{name}:{len(failed)}", tags=tags))
     if requests:
@@ -221,7 +265,8 @@ def recalculation_backfills(
             PartitionKeyRange(keys[ASSET_PARTITION_RANGE_START_TAG], keys[ASSET_PARTITION_RANGE_END_TAG])
         )
         subset = AssetGraphSubset.from_asset_partition_set({AssetKeyPartitionKey(key, p) for p in chosen}, graph)
-        requests.append(RunRequest.for_asset_graph_subset(subset, tags={STREAM_TAG: stream.key}))
+        tags = {STREAM_TAG: stream.key, POOL_TAG: BATCH_POOL}
+        requests.append(RunRequest.for_asset_graph_subset(subset, tags=tags))
     if pending:
         warehouse.catalog.mark_recalculation_requested([i for i, _, _ in pending])
     return requests
@@ -273,7 +318,13 @@ def _history(
             ),
             cursor=waiting,
         )
-    tags = {STREAM_TAG: stream.key, MODE_TAG: HISTORY_MODE, BATCH_TAG: batch, HISTORY_TAG: str(history)}
+    tags = {
+        STREAM_TAG: stream.key,
+        MODE_TAG: HISTORY_MODE,
+        BATCH_TAG: batch,
+        HISTORY_TAG: str(history),
+        POOL_TAG: BATCH_POOL,
+    }
     bounds = event_time_bounds(warehouse, stream)
     if bounds is not None:
         tags.update(_partition_range(partitions, stream.precision, *bounds))
@@ -288,16 +339,8 @@ def _history(
 def _partition_range(
     partitions: TimeWindowPartitionsDefinition, precision: str, first: int, last: int
 ) -> dict[str, str]:
-    """The partitions holding the pending windows' starts, each clamped into the defined range
-    (a window before the first partition or after the last one goes to that end)."""
-    first_key = partitions.get_first_partition_key()
-    last_key = partitions.get_last_partition_key()
-    assert first_key is not None and last_key is not None
-    low_bound = partitions.start.timestamp()
-    high_bound = partitions.time_window_for_partition_key(last_key).start.timestamp()
-
-    def key(value: int) -> str:
-        stamp = min(max(to_datetime(value, precision).timestamp(), low_bound), high_bound)
-        return partitions.get_partition_key_for_timestamp(stamp)
-
-    return {ASSET_PARTITION_RANGE_START_TAG: key(first), ASSET_PARTITION_RANGE_END_TAG: key(last)}
+    """The partitions holding the pending windows' starts (each clamped into the range)."""
+    return {
+        ASSET_PARTITION_RANGE_START_TAG: partition_key(partitions, precision, first),
+        ASSET_PARTITION_RANGE_END_TAG: partition_key(partitions, precision, last),
+    }

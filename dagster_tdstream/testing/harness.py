@@ -36,11 +36,13 @@ from dagster._core.storage.tags import (
 from dagster._core.utils import make_new_backfill_id
 from dagster._utils.schedules import schedule_execution_time_iterator
 
+from ..orchestration.assets import MODE_TAG
 from ..orchestration.definitions import StreamJob, stream_definitions
+from ..orchestration.live import LIVE_MODE, UNTIL_IDLE_TAG, has_work
 from ..orchestration.notifications import NOTIFICATION_SENSOR, TDStreamNotifier, build_notification_sensor
 from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
 from ..orchestration.translator import DagsterTDStreamTranslator
-from ..storage.registry import load_streams
+from ..storage.registry import load_stream, load_streams
 from ..storage.warehouse import Warehouse
 
 
@@ -60,7 +62,7 @@ class StreamHarness:
         warehouse: Warehouse,
         *,
         instance: DagsterInstance | None = None,
-        spark_master: str = "local[2]",
+        spark_master: str | None = None,
         timezone: str | None = None,
         clock: Callable[[], int] = time.time_ns,
         translator: DagsterTDStreamTranslator | None = None,
@@ -82,7 +84,7 @@ class StreamHarness:
             "tdstream_warehouse": TDStreamWarehouse(
                 uri=warehouse.uri, metadata_url=warehouse.catalog.url, timezone=timezone
             ),
-            "tdstream_spark": TDStreamSpark(master=spark_master),
+            "tdstream_spark": TDStreamSpark(master=spark_master, warehouse=warehouse.uri),
             "tdstream_notifier": notifier or TDStreamNotifier(),
         }
         self.cursors: dict[str, str | None] = {}
@@ -151,8 +153,17 @@ class StreamHarness:
                 report.skipped[name] = data.skip_message
             else:
                 report.skipped.pop(name, None)
-            requests += [(job.asset, request) for request in data.run_requests or []]
-        return requests
+            requests += [self._headless(job, request) for request in data.run_requests or []]
+        return [request for request in requests if request is not None]
+
+    def _headless(self, job: StreamJob, request: RunRequest) -> tuple[AssetsDefinition, RunRequest] | None:
+        """A live run (LOW_LATENCY_CALC) headless: started only when it has something to do,
+        and ending once it is idle rather than watching the WAL for an hour."""
+        if request.tags.get(MODE_TAG) != LIVE_MODE:
+            return job.asset, request
+        if not has_work(self.warehouse, load_stream(self.warehouse, job.stream_key)):
+            return None
+        return job.asset, request.with_replaced_attrs(tags={**request.tags, UNTIL_IDLE_TAG: "true"})
 
     def _due_tick(self, schedule: ScheduleDefinition) -> datetime | None:
         """The latest cron tick after the schedule was last looked at, up to now; a schedule

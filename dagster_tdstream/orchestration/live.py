@@ -1,0 +1,197 @@
+"""The low-latency path: one long-lived run per ``LOW_LATENCY_CALC`` stream.
+
+A batch run costs a launch (a process, the code location's imports, a Spark session) before it
+computes anything, and the sensor daemon looks at the WAL every 5 s at best. A low-latency
+stream instead has one run of its asset (tag ``tdstream/mode=live``) that stays up: it polls
+the trigger table's Delta log every few hundred milliseconds, advances the trigger state there
+(the same ``advance_stream`` the sensor calls, which the sensor then leaves alone), computes
+what fired on its warm Spark session, finishes the triggers with their outbox rows in one
+catalog transaction, delivers the notifications, and records each computed window in Dagster
+as a materialization of that window's partition. The trigger sensor keeps such a run alive
+(``live_request``); stopping the stream or its sensor, or terminating the run in the UI, ends it.
+
+Exactly-once is the batch path's: trigger state is checkpointed per offset and triggers are
+queued idempotently; output rows replace rows of the same key, so a loop that dies after its
+output commit and before finishing its triggers computes the same rows again on restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    MetadataValue,
+    RunRequest,
+    RunsFilter,
+    SkipReason,
+    TimeWindowPartitionsDefinition,
+)
+
+from ..compute.run import compute_triggers
+from ..names import sensor_name
+from ..notify.events import notification_events
+from ..storage.registry import StreamDefinition, load_stream
+from ..storage.warehouse import Warehouse
+from ..triggers.tick import advance_stream
+from .control import switched_states
+from .notifications import TDStreamNotifier
+from .partitions import partition_key
+
+LIVE_TAG = "tdstream/live"  # the stream a live run serves (not tdstream/stream: no batch slot)
+POOL_TAG = "tdstream/pool"  # live | batch: dagster.yaml limits batch runs, not live ones
+LIVE_MODE = "live"
+# headless runs (``tdstream run --until-idle``, the test harness): the live run ends as soon as
+# the WAL has nothing new and no trigger is pending, instead of waiting for more
+UNTIL_IDLE_TAG = "tdstream/live_until_idle"
+POLL_SECONDS = 0.2
+LIVE_RUN_SECONDS = 3600.0  # a live run hands over to a fresh one after this (bounded loop)
+MAX_LIVE_FAILURES = 3
+ACTIVE = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
+
+
+def is_live(stream: StreamDefinition) -> bool:
+    return stream.stmt.option("LOW_LATENCY_CALC") is not None and stream.stmt.trigger.kind != "PERIOD"
+
+
+def live_request(
+    instance: DagsterInstance,
+    stream: StreamDefinition,
+    asset_key: AssetKey,
+    partition_tags: dict[str, str],
+) -> RunRequest | SkipReason:
+    """The live run to start for a low-latency stream, or why none is needed: one is queued
+    or running already, or the last ones failed (then the reason names the last)."""
+    runs = list(instance.get_runs(filters=RunsFilter(tags={LIVE_TAG: stream.key}), limit=MAX_LIVE_FAILURES + 1))
+    active = [run for run in runs if run.status.value in ACTIVE]
+    if active:
+        return SkipReason(f"stream {stream.key} is computed live by run {active[0].run_id}")
+    failed = 0
+    for run in runs:  # newest first: the failures since the last live run that ended well
+        if run.status.value not in ("FAILURE", "CANCELED"):
+            break
+        failed += 1
+    if failed >= MAX_LIVE_FAILURES:
+        return SkipReason(
+            f"stream {stream.key}: its live run failed {failed} times in a row (last: run {runs[0].run_id}); "
+            "fix the cause, then rerun that run"
+        )
+    # the number of earlier live runs makes the key new for each launch, and the same for a
+    # tick evaluated twice
+    launched = instance.get_runs_count(filters=RunsFilter(tags={LIVE_TAG: stream.key}))
+    tags = {LIVE_TAG: stream.key, POOL_TAG: LIVE_MODE, "tdstream/mode": LIVE_MODE, **partition_tags}
+    # the lag check runs on its own schedule, not at the end of an hour-long run
+    return RunRequest(
+        run_key=f"{stream.key}:live:{launched}", tags=tags, asset_selection=[asset_key], asset_check_keys=[]
+    )
+
+
+def still_running(
+    instance: DagsterInstance, warehouse: Warehouse, stream_key: str, every_seconds: float = 1.0
+) -> Callable[[], bool]:
+    """Whether the live loop goes on: the stream exists, is not stopped (STOP STREAM) and its
+    trigger sensor is not switched off (the UI's toggle). Looked up at most once a second."""
+    checked = {"at": -every_seconds, "answer": True}
+
+    def wanted() -> bool:
+        now = time.monotonic()
+        if now - checked["at"] >= every_seconds:
+            info = warehouse.catalog.get_stream(*stream_key.split(".", 1))
+            switched = switched_states(instance).get(sensor_name(stream_key))
+            checked["answer"] = info is not None and info.status != "Stopped" and switched != "Stopped"
+            checked["at"] = now
+        return bool(checked["answer"])
+
+    return wanted
+
+
+def has_work(warehouse: Warehouse, stream: StreamDefinition) -> bool:
+    """Whether a live run would find something: pending triggers, or WAL offsets after the
+    last checkpoint (headless drivers start a live run only then)."""
+    if warehouse.catalog.count_pending(stream.key):
+        return True
+    table = stream.trigger_table
+    if table is None:
+        return False
+    done = warehouse.catalog.latest_checkpoint_offset(stream.key)
+    first = stream.info.start_offset if done is None else done + 1
+    return warehouse.delta.version(table.db, table.storage_name) >= first
+
+
+def run_live(
+    context: AssetExecutionContext,
+    spark: Any,
+    warehouse: Warehouse,
+    stream_key: str,
+    zone: ZoneInfo,
+    notifier: TDStreamNotifier,
+    partitions: TimeWindowPartitionsDefinition,
+    *,
+    still_wanted: Callable[[], bool],
+    until_idle: bool = False,
+    clock: Callable[[], int] = time.time_ns,
+    seconds: float = LIVE_RUN_SECONDS,
+    poll_seconds: float = POLL_SECONDS,
+) -> int:
+    """The live loop; returns the number of windows it computed. Ends when ``still_wanted``
+    says no (the stream or its sensor was stopped), after ``seconds``, or when the run is
+    terminated (Dagster interrupts the step)."""
+    asset_key = next(iter(context.assets_def.keys))
+    deadline = time.monotonic() + seconds
+    offset = warehouse.catalog.latest_checkpoint_offset(stream_key)
+    windows = 0
+    while time.monotonic() < deadline and still_wanted():
+        stream = load_stream(warehouse, stream_key)
+        started = time.perf_counter()
+        tick = advance_stream(warehouse, stream, offset, clock=clock)
+        advanced, offset = tick.offset != offset, tick.offset
+        pending = warehouse.catalog.pending_triggers(stream.key) if tick.pending else []
+        if not pending:
+            if until_idle and not advanced:
+                break
+            if not advanced:
+                time.sleep(poll_seconds)
+            continue
+        ticked = time.perf_counter()
+        outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
+        events = notification_events(stream, pending, outcome.results, history=False, source="q")
+        warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
+        computed = time.perf_counter()
+        if events:
+            notifier.deliver(warehouse, [stream.key])
+        windows += outcome.windows
+        for partition, count in _partitions(partitions, stream, pending).items():
+            context.log_event(
+                AssetMaterialization(
+                    asset_key=asset_key,
+                    partition=partition,
+                    metadata={
+                        "tdstream/mode": LIVE_MODE,
+                        "tdstream/windows_computed": count,
+                        "tdstream/rows_written": outcome.rows_written,
+                        "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
+                        "tdstream/offsets": MetadataValue.text(f"{tick.start_offset}..{tick.offset}"),
+                        "tdstream/tick_seconds": round(ticked - started, 3),
+                        "tdstream/compute_seconds": round(computed - ticked, 3),
+                    },
+                )
+            )
+    return windows
+
+
+def _partitions(
+    partitions: TimeWindowPartitionsDefinition, stream: StreamDefinition, triggers: list[dict[str, Any]]
+) -> dict[str, int]:
+    """The partitions of the computed windows' starts, with how many windows each holds."""
+    counts: dict[str, int] = defaultdict(int)
+    for trigger in triggers:
+        if trigger["wstart"] is not None:
+            counts[partition_key(partitions, stream.precision, int(trigger["wstart"]))] += 1
+    return dict(counts)
