@@ -11,6 +11,7 @@ effect in a running Dagster.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -52,6 +53,14 @@ class StreamControl(Protocol):
         """Before streams' status is shown: take switches flipped in the orchestrator's UI."""
         ...
 
+    def hold_reloads(self) -> None:
+        """A script creating or dropping several streams: defer what each would reload."""
+        ...
+
+    def release_reloads(self) -> str | None:
+        """The end of such a script: one reload if any was deferred; its note, or None."""
+        ...
+
 
 def normalize(name: str) -> str:
     """TDengine names are case-insensitive; the catalog stores them in lower case."""
@@ -86,8 +95,21 @@ class Session:
     def iter_execute(self, sql: str) -> Iterator[Result]:
         # parse the whole script first: a syntax error anywhere runs nothing
         statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
-        for stmt in statements:
-            yield self.execute_statement(stmt)
+        control = self.control
+        if control is None or sum(isinstance(s, ast.CreateStream | ast.DropStream) for s in statements) < 2:
+            for stmt in statements:
+                yield self.execute_statement(stmt)
+            return
+        # a code-location reload costs seconds: a script of many streams pays for one, at its end
+        # (also when a statement fails: the ones before it are committed)
+        control.hold_reloads()
+        try:
+            for stmt in statements[:-1]:
+                yield self.execute_statement(stmt)
+            last = self.execute_statement(statements[-1])
+        finally:
+            note = control.release_reloads()
+        yield dataclasses.replace(last, message=f"{last.message}\n{note}") if note else last
 
     def apply(self, sql: str) -> list[Result]:
         """Run a setup script idempotently: every CREATE acts as CREATE … IF NOT EXISTS, so a
