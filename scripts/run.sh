@@ -11,5 +11,8 @@ cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 # the code location records this (and DAGSTER_HOME) in the warehouse's catalog, so
 # `tdstream sql` in another shell reloads it on CREATE STREAM and switches sensors on STOP/START
 export TDSTREAM_DAGSTER_URL="http://127.0.0.1:${DAGSTER_PORT:-3000}"
+# the warm Spark every run, sensor and `tdstream sql` connects to (started once; later runs
+# of this script adopt it). `tdstream spark stop` stops it; its log is .tdstream/_spark/.
+.venv/bin/tdstream spark start
 echo "Dagster UI: $TDSTREAM_DAGSTER_URL  (Ctrl-C stops it)"
 exec .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}"
