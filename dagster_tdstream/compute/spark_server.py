@@ -105,21 +105,13 @@ def parse_endpoint(url: str) -> tuple[str, int]:
 
 def running_server(home: Path) -> ServerState | None:
     """The server the state file names, if its process lives and its port answers."""
-    path = home / STATE_FILE
-    if not path.exists():
-        return None
-    try:
-        state = ServerState(**json.loads(path.read_text()))
-    except (ValueError, TypeError):
-        return None
-    if not _alive(state.pid) or not endpoint_reachable(state.url, timeout=1.0):
+    state = _recorded(home)
+    if state is None or not _alive(state.pid) or not endpoint_reachable(state.url, timeout=1.0):
         return None
     return state
 
 
-def ensure_server(
-    master: str = "local[2]", home: Path | None = None, conf: dict[str, str] | None = None
-) -> ServerState:
+def ensure_server(master: str, home: Path | None = None, conf: dict[str, str] | None = None) -> ServerState:
     """The running server of ``home``, started first if none runs (adopted if another process
     started it). A server running on another master is kept: stop it to change masters."""
     home = home or server_home()
@@ -137,18 +129,19 @@ def stop_server(home: Path | None = None) -> ServerState | None:
     """Stops the server of ``home`` (SIGTERM, then SIGKILL after a bound); returns what ran."""
     home = home or server_home()
     with _locked(home):
-        path = home / STATE_FILE
-        if not path.exists():
-            return None
-        try:
-            state = ServerState(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            path.unlink()
-            return None
-        if _alive(state.pid):
+        state = _recorded(home)
+        if state is not None and _alive(state.pid):
             _terminate(state.pid)
-        path.unlink(missing_ok=True)
+        (home / STATE_FILE).unlink(missing_ok=True)
         return state
+
+
+def _recorded(home: Path) -> ServerState | None:
+    """What the state file says, alive or not; None without a readable one."""
+    try:
+        return ServerState(**json.loads((home / STATE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _start(master: str, home: Path, conf: dict[str, str]) -> ServerState:
