@@ -27,7 +27,7 @@ from dagster_tdstream.cli.main import main
 from dagster_tdstream.orchestration.control import DagsterLink, DagsterStreamControl
 from dagster_tdstream.orchestration.sensors import runnable_stream
 
-from .conftest import free_port, output
+from .conftest import free_port, output, stop_process
 
 T = 1700000000000
 LOCATION = "tdstream_under_test"
@@ -78,11 +78,7 @@ def dagster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                 time.sleep(0.5)
         yield {"warehouse": str(warehouse), "home": str(home), "url": url, "root": root}
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)
         log.close()
 
 

@@ -24,7 +24,7 @@ from dagster_tdstream.compute.spark_server import (
 )
 from dagster_tdstream.errors import SparkUnavailableError
 
-from .conftest import free_port, output
+from .conftest import free_port, output, stop_process
 
 T = 1_700_000_000_000
 STREAM = (
@@ -121,11 +121,7 @@ def standalone(tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         for process in (worker, master):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop_process(process)
         log.close()
 
 

@@ -17,6 +17,7 @@ from ..sql import ast
 from ..sql.parser import parse_statement
 from ..sql.timeunits import TimeValueError, resolve_timezone
 from ..sql.validate import validate_create_stream
+from .options import warehouse_option as _warehouse
 from .spark import spark as spark_commands
 
 TIMEZONE_ENV = "TDSTREAM_TIMEZONE"
@@ -58,9 +59,6 @@ def main() -> None:
     """TDengine stream computing on Dagster, Spark and Delta Lake."""
 
 
-_warehouse = click.option(
-    "--warehouse", envvar="TDSTREAM_WAREHOUSE", default=None, help="Warehouse URI (default ./.tdstream)."
-)
 _metadata = click.option(
     "--metadata-url", envvar="TDSTREAM_METADATA_URL", default=None, help="SQLAlchemy URL of the catalog."
 )

@@ -13,10 +13,7 @@ import click
 
 from ..compute.spark import resolve_master
 from ..compute.spark_server import ensure_server, running_server, server_home, stop_server
-
-_warehouse = click.option(
-    "--warehouse", envvar="TDSTREAM_WAREHOUSE", default=None, help="Warehouse URI (default ./.tdstream)."
-)
+from .options import warehouse_option as _warehouse
 
 
 @click.group()

@@ -134,10 +134,8 @@ class DagsterStreamControl:
         action = "started" if running else "stopped"
         try:
             if self._reload_pending:  # created earlier in this script: load it now
-                self._reload_pending = False
-                self._held = False
-                self._reload_all()
-                self._held = True
+                self.release_reloads()
+                self.hold_reloads()
             instigator = self._instigator(stream_key)
             if instigator is None:  # not loaded yet (created since the last reload)
                 self._reload_all()

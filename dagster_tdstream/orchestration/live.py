@@ -40,7 +40,7 @@ from ..names import sensor_name
 from ..notify.events import notification_events
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
-from ..triggers.tick import advance_stream
+from ..triggers.tick import advance_stream, first_unread
 from .control import switched_states
 from .notifications import TDStreamNotifier
 from .partitions import partition_key
@@ -120,8 +120,7 @@ def has_work(warehouse: Warehouse, stream: StreamDefinition) -> bool:
     table = stream.trigger_table
     if table is None:
         return False
-    done = warehouse.catalog.latest_checkpoint_offset(stream.key)
-    first = stream.info.start_offset if done is None else done + 1
+    first = first_unread(stream, warehouse.catalog.latest_checkpoint_offset(stream.key))
     return warehouse.delta.version(table.db, table.storage_name) >= first
 
 

@@ -71,6 +71,12 @@ def group_identities(warehouse: Warehouse, stream: StreamDefinition, groups: lis
     return [uids[values[position]] if values[position] in uids else group_hash(values) for values in groups]
 
 
+def first_unread(stream: StreamDefinition, last_offset: int | None) -> int:
+    """The first WAL offset a stream has not processed: the one after its last, or (nothing
+    processed yet) the first it owns, recorded at CREATE."""
+    return stream.info.start_offset if last_offset is None else last_offset + 1
+
+
 def advance_stream(
     warehouse: Warehouse,
     stream: StreamDefinition,
@@ -93,7 +99,7 @@ def advance_stream(
     if table is None:
         raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
     catalog = warehouse.catalog
-    first = stream.info.start_offset if last_offset is None else last_offset + 1
+    first = first_unread(stream, last_offset)
     current = warehouse.delta.version(table.db, table.storage_name)
     if current < first and trigger.max_delay is None:
         return TickResult(first - 1, first, 0, catalog.count_pending(stream.key), 0)
