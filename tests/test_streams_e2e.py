@@ -14,7 +14,7 @@ from dagster._core.test_utils import create_run_for_test
 
 from dagster_tdstream import Session, StreamHarness, StreamValidationError, Warehouse
 from dagster_tdstream.compute.run import stream_scope
-from dagster_tdstream.orchestration.assets import STREAM_TAG
+from dagster_tdstream.orchestration.tags import STREAM_TAG
 from dagster_tdstream.sql.translate import SourceTable, TranslationContext, translate_select
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.tick import advance_stream

@@ -31,17 +31,11 @@ from ..notify.events import notification_events
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
-from .live import LIVE_MODE, UNTIL_IDLE_TAG, run_live, still_running
+from .live import run_live, still_running
 from .notifications import TDStreamNotifier, build_notify_hook
 from .partitions import to_event_time
 from .resources import TDStreamSpark, TDStreamWarehouse
-
-STREAM_TAG = "tdstream/stream"
-MODE_TAG = "tdstream/mode"
-TRIGGERS_MODE = "triggers"
-BATCH_TAG = "tdstream/batch"  # the ids of the triggers a run computes: "first-last"
-HISTORY_MODE = "history"
-HISTORY_TAG = "tdstream/history_offset"
+from .tags import BATCH_TAG, HISTORY_MODE, HISTORY_TAG, LIVE_MODE, MODE_TAG, STREAM_TAG, TRIGGERS_MODE, UNTIL_IDLE_TAG
 
 
 def build_stream_asset(
@@ -149,7 +143,7 @@ def _compute(
         # the outbox rows go in with the triggers' completion: both or neither
         events = notification_events(stream, pending, outcome.results, history=False, source="q")
         warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
-        metadata = {"tdstream/mode": "triggers", "tdstream/notifications": len(events)}
+        metadata = {MODE_TAG: TRIGGERS_MODE, "tdstream/notifications": len(events)}
     elif context.run.tags.get(MODE_TAG) == HISTORY_MODE:
         # FILL_HISTORY: every window of the data up to the offset, derived in bulk; the
         # checkpoint is written after the output commit, so a failed run is simply redone
@@ -162,7 +156,7 @@ def _compute(
         events = notification_events(stream, derived.triggers, outcome.results, history=True, source=f"h{history}")
         warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
-        metadata = {"tdstream/mode": "history", "tdstream/history_offset": history}
+        metadata = {MODE_TAG: HISTORY_MODE, "tdstream/history_offset": history}
         metadata["tdstream/groups"] = len(derived.states)
         metadata["tdstream/derive_seconds"] = round(derived_at - started, 2)
         metadata["tdstream/compute_seconds"] = round(time.perf_counter() - derived_at, 2)
@@ -173,5 +167,5 @@ def _compute(
         outcome = compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end))
         events = notification_events(stream, triggers, outcome.results, history=True, source=context.run.run_id)
         warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
-        metadata = {"tdstream/mode": "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
+        metadata = {MODE_TAG: "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
     return outcome, metadata

@@ -1,5 +1,6 @@
 """The ``Definitions`` builder: every registered stream as an asset and a trigger sensor (or,
-for PERIOD streams on a whole-minute grid, a schedule).
+for PERIOD streams on a whole-minute grid, a schedule), and the live worker that computes
+the streams' small batches (``worker.py``).
 
 ``build_definitions`` applies the ``.sql`` files it is given (idempotently: CREATE … as
 IF NOT EXISTS, so a code-location reload never fails on objects that exist), then builds
@@ -38,6 +39,7 @@ from .resources import TDStreamSpark, TDStreamWarehouse
 from .schedules import build_period_schedule
 from .sensors import build_trigger_sensor
 from .translator import DagsterTDStreamTranslator
+from .worker import build_live_worker
 
 DEFAULT_MAX_LAG_SECONDS = 600.0
 
@@ -124,18 +126,22 @@ def build_definitions(
     link = DagsterLink.from_environment()
     if link is not None:
         link.record(warehouse)
+    translator = translator or DagsterTDStreamTranslator()
     jobs = stream_definitions(
         warehouse,
         load_streams(warehouse),
-        translator or DagsterTDStreamTranslator(),
+        translator,
         project.partition_grain,
         max_lag_seconds=project.max_lag_seconds,
     )
+    worker_job, worker_sensor = build_live_worker(translator, project.partition_grain)
     return Definitions(
         assets=[job.asset for job in jobs],
         asset_checks=[job.lag_check for job in jobs],
+        jobs=[worker_job],
         sensors=[
             *(job.sensor for job in jobs if job.sensor is not None),
+            worker_sensor,
             # the outbox's retries, where some stream notifies
             *([build_notification_sensor()] if any(job.notifies for job in jobs) else []),
         ],

@@ -5,14 +5,15 @@ computes anything, and the sensor daemon looks at the WAL every 5 s at best. A l
 stream instead has one run of its asset (tag ``tdstream/mode=live``) that stays up: it polls
 the trigger table's Delta log every few hundred milliseconds, advances the trigger state there
 (the same ``advance_stream`` the sensor calls, which the sensor then leaves alone), computes
-what fired on its warm Spark session, finishes the triggers with their outbox rows in one
-catalog transaction, delivers the notifications, and records each computed window in Dagster
-as a materialization of that window's partition. The trigger sensor keeps such a run alive
+what fired on its warm Spark session (``compute_batch``, which the shared worker of the other
+streams calls too, ``worker.py``), and records each computed window in Dagster as a
+materialization of that window's partition. The trigger sensor keeps such a run alive
 (``live_request``); stopping the stream or its sensor, or terminating the run in the UI, ends it.
 
 Exactly-once is the batch path's: trigger state is checkpointed per offset and triggers are
-queued idempotently; output rows replace rows of the same key, so a loop that dies after its
-output commit and before finishing its triggers computes the same rows again on restart.
+queued idempotently; output rows replace rows of the same key and notifications are keyed by
+their trigger, so a loop that dies after its output commit and before finishing its triggers
+computes the same rows again on restart and records nothing twice.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     DagsterInstance,
+    DagsterRun,
     MetadataValue,
+    OpExecutionContext,
     RunRequest,
     RunsFilter,
     SkipReason,
@@ -44,53 +47,48 @@ from ..triggers.tick import advance_stream, first_unread
 from .control import switched_states
 from .notifications import TDStreamNotifier
 from .partitions import partition_key
+from .tags import ACTIVE_STATUSES, FAILED_STATUSES, LIVE_MODE, LIVE_TAG, MODE_TAG, POOL_TAG
 
-LIVE_TAG = "tdstream/live"  # the stream a live run serves (not tdstream/stream: no batch slot)
-POOL_TAG = "tdstream/pool"  # live | batch: dagster.yaml limits batch runs, not live ones
-LIVE_MODE = "live"
-# headless runs (``tdstream run --until-idle``, the test harness): the live run ends as soon as
-# the WAL has nothing new and no trigger is pending, instead of waiting for more
-UNTIL_IDLE_TAG = "tdstream/live_until_idle"
 POLL_SECONDS = 0.2
 LIVE_RUN_SECONDS = 3600.0  # a live run hands over to a fresh one after this (bounded loop)
 MAX_LIVE_FAILURES = 3
-ACTIVE = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
 
 
 def is_live(stream: StreamDefinition) -> bool:
     return stream.stmt.option("LOW_LATENCY_CALC") is not None and stream.stmt.trigger.kind != "PERIOD"
 
 
+def active_live_run(instance: DagsterInstance, served: str) -> DagsterRun | None:
+    """The queued or running live run serving ``served`` (a stream key, or the worker)."""
+    runs = instance.get_runs(filters=RunsFilter(tags={LIVE_TAG: served}, statuses=ACTIVE_STATUSES), limit=1)
+    return runs[0] if runs else None
+
+
 def live_request(
-    instance: DagsterInstance,
-    stream: StreamDefinition,
-    asset_key: AssetKey,
-    partition_tags: dict[str, str],
+    instance: DagsterInstance, served: str, tags: dict[str, str], **request: Any
 ) -> RunRequest | SkipReason:
-    """The live run to start for a low-latency stream, or why none is needed: one is queued
-    or running already, or the last ones failed (then the reason names the last)."""
-    runs = list(instance.get_runs(filters=RunsFilter(tags={LIVE_TAG: stream.key}), limit=MAX_LIVE_FAILURES + 1))
-    active = [run for run in runs if run.status.value in ACTIVE]
-    if active:
-        return SkipReason(f"stream {stream.key} is computed live by run {active[0].run_id}")
+    """The live run to start for ``served`` (a low-latency stream's asset, or the shared
+    worker's job: ``request`` says which), or why none is needed: one is queued or running
+    already, or the last ones failed (then the reason names the last)."""
+    active = active_live_run(instance, served)
+    if active is not None:
+        return SkipReason(f"{served} is computed live by run {active.run_id}")
+    runs = list(instance.get_runs(filters=RunsFilter(tags={LIVE_TAG: served}), limit=MAX_LIVE_FAILURES))
     failed = 0
     for run in runs:  # newest first: the failures since the last live run that ended well
-        if run.status.value not in ("FAILURE", "CANCELED"):
+        if run.status not in FAILED_STATUSES:
             break
         failed += 1
     if failed >= MAX_LIVE_FAILURES:
         return SkipReason(
-            f"stream {stream.key}: its live run failed {failed} times in a row (last: run {runs[0].run_id}); "
+            f"{served}: its live run failed {failed} times in a row (last: run {runs[0].run_id}); "
             "fix the cause, then rerun that run"
         )
     # the number of earlier live runs makes the key new for each launch, and the same for a
     # tick evaluated twice
-    launched = instance.get_runs_count(filters=RunsFilter(tags={LIVE_TAG: stream.key}))
-    tags = {LIVE_TAG: stream.key, POOL_TAG: LIVE_MODE, "tdstream/mode": LIVE_MODE, **partition_tags}
-    # the lag check runs on its own schedule, not at the end of an hour-long run
-    return RunRequest(
-        run_key=f"{stream.key}:live:{launched}", tags=tags, asset_selection=[asset_key], asset_check_keys=[]
-    )
+    launched = instance.get_runs_count(filters=RunsFilter(tags={LIVE_TAG: served}))
+    tags = {LIVE_TAG: served, POOL_TAG: LIVE_MODE, MODE_TAG: LIVE_MODE, **tags}
+    return RunRequest(run_key=f"{served}:live:{launched}", tags=tags, **request)
 
 
 def still_running(
@@ -158,31 +156,63 @@ def run_live(
             if not advanced:
                 time.sleep(poll_seconds)
             continue
-        ticked = time.perf_counter()
-        outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
-        events = notification_events(stream, pending, outcome.results, history=False, source="q")
-        warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
-        computed = time.perf_counter()
-        if events:
-            notifier.deliver(warehouse, [stream.key])
-        windows += outcome.windows
-        for partition, count in _partitions(partitions, stream, pending).items():
-            context.log_event(
-                AssetMaterialization(
-                    asset_key=asset_key,
-                    partition=partition,
-                    metadata={
-                        "tdstream/mode": LIVE_MODE,
-                        "tdstream/windows_computed": count,
-                        "tdstream/rows_written": outcome.rows_written,
-                        "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
-                        "tdstream/offsets": MetadataValue.text(f"{tick.start_offset}..{tick.offset}"),
-                        "tdstream/tick_seconds": round(ticked - started, 3),
-                        "tdstream/compute_seconds": round(computed - ticked, 3),
-                    },
-                )
-            )
+        windows += compute_batch(
+            context,
+            spark,
+            warehouse,
+            stream,
+            pending,
+            zone,
+            notifier,
+            asset_key,
+            partitions,
+            offsets=f"{tick.start_offset}..{tick.offset}",
+            tick_seconds=time.perf_counter() - started,
+        )
     return windows
+
+
+def compute_batch(
+    context: OpExecutionContext,
+    spark: Any,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    pending: list[dict[str, Any]],
+    zone: ZoneInfo,
+    notifier: TDStreamNotifier,
+    asset_key: AssetKey,
+    partitions: TimeWindowPartitionsDefinition,
+    *,
+    offsets: str,
+    tick_seconds: float = 0.0,
+) -> int:
+    """Compute pending triggers on the warm session, finish them with their outbox rows in one
+    catalog transaction, deliver the notifications at once and record each computed window's
+    partition as a materialization of the stream's asset; returns the windows computed."""
+    started = time.perf_counter()
+    outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
+    events = notification_events(stream, pending, outcome.results, history=False, source="q")
+    warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
+    computed = time.perf_counter()
+    if events:
+        notifier.deliver(warehouse, [stream.key])
+    for partition, count in _partitions(partitions, stream, pending).items():
+        context.log_event(
+            AssetMaterialization(
+                asset_key=asset_key,
+                partition=partition,
+                metadata={
+                    MODE_TAG: LIVE_MODE,
+                    "tdstream/windows_computed": count,
+                    "tdstream/rows_written": outcome.rows_written,
+                    "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
+                    "tdstream/offsets": MetadataValue.text(offsets),
+                    "tdstream/tick_seconds": round(tick_seconds, 3),
+                    "tdstream/compute_seconds": round(computed - started, 3),
+                },
+            )
+        )
+    return outcome.windows
 
 
 def _partitions(

@@ -18,7 +18,6 @@ from typing import Any
 from dagster import (
     AssetsDefinition,
     DagsterInstance,
-    DagsterRunStatus,
     DefaultSensorStatus,
     PartitionKeyRange,
     RunRequest,
@@ -42,21 +41,25 @@ from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
-from .assets import BATCH_TAG, HISTORY_MODE, HISTORY_TAG, MODE_TAG, STREAM_TAG, TRIGGERS_MODE
 from .control import adopt_switch, switched_states
-from .live import POOL_TAG, is_live, live_request
+from .live import is_live, live_request
 from .partitions import event_time_bounds, partition_key
 from .resources import TDStreamSpark, TDStreamWarehouse
+from .tags import (
+    ACTIVE_STATUSES,
+    BATCH_POOL,
+    BATCH_TAG,
+    FAILED_STATUSES,
+    HISTORY_MODE,
+    HISTORY_TAG,
+    MODE_TAG,
+    POOL_TAG,
+    STREAM_TAG,
+    TRIGGERS_MODE,
+)
+from .worker import serves, worker_run_id
 
 MAX_ATTEMPTS = 3
-BATCH_POOL = "batch"  # dagster.yaml bounds how many of these run at once
-FAILED_STATUSES = [DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
-ACTIVE_STATUSES = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
 
 
 @dataclass(frozen=True)
@@ -150,8 +153,13 @@ def _keep_live(
     keeps one such run going and turns RECALCULATE requests into backfills."""
     backfills = recalculation_backfills(warehouse, stream, asset, partitions)
     now = clock() // PRECISIONS[stream.precision]
+    # the lag check runs on its own schedule, not at the end of an hour-long run
     answer = live_request(
-        context.instance, stream, next(iter(asset.keys)), _partition_range(partitions, stream.precision, now, now)
+        context.instance,
+        stream.key,
+        _partition_range(partitions, stream.precision, now, now),
+        asset_selection=[next(iter(asset.keys))],
+        asset_check_keys=[],
     )
     down = _spark_down(spark) if isinstance(answer, RunRequest) or backfills else None
     if down is not None:
@@ -211,8 +219,9 @@ def pending_runs(
     stream: StreamDefinition,
     partitions: TimeWindowPartitionsDefinition,
 ) -> list[RunRequest] | SkipReason:
-    """The runs that compute the stream's pending triggers, or why there are none now. By
-    default one run takes every pending trigger, and none starts while a run of the stream is
+    """The runs that compute the stream's pending triggers, or why there are none now. While
+    the live worker runs it takes small batches (``worker.py``). Otherwise one run takes every
+    pending trigger, and none starts while a run of the stream is
     active (back-pressure: the next run takes all that fired meanwhile). LOW_LATENCY_CALC: one
     run per trigger, at once, no batching. A batch whose run failed too often is not retried."""
     pending = warehouse.catalog.pending_triggers(stream.key)
@@ -220,8 +229,11 @@ def pending_runs(
         return SkipReason("no pending triggers")
     if stream.info.paused:  # ON_FAILURE_PAUSE: nothing runs until the receivers take the backlog
         return SkipReason(f"stream {stream.key} is paused ({stream.info.paused}); {len(pending)} trigger(s) wait")
-    active = _active_runs(instance, stream.key)
     low_latency = stream.stmt.option("LOW_LATENCY_CALC") is not None
+    worker = None if low_latency else worker_run_id(instance)
+    if worker is not None and serves(stream, len(pending)):
+        return SkipReason(f"{len(pending)} trigger(s) are computed by the live worker, run {worker}")
+    active = _active_runs(instance, stream.key)
     if active and not low_latency:
         return SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}")
     running = {run.tags.get(BATCH_TAG) for run in active}

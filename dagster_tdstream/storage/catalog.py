@@ -22,6 +22,7 @@ from sqlalchemy import (
     Column,
     Connection,
     Engine,
+    Index,
     Integer,
     MetaData,
     String,
@@ -154,6 +155,9 @@ triggers_table = Table(
     Column("status", String(8), nullable=False),  # pending | done
     Column("run_id", String(64)),
     UniqueConstraint("stream", "trigger_id", "event", "offset", name="tds_triggers_once"),
+    # the live worker asks for the streams with pending triggers several times a second, and
+    # done triggers pile up: the pending ones are found through this index, not a scan
+    Index("tds_triggers_status", "status", "stream"),
 )
 
 notifications_table = Table(
@@ -291,6 +295,8 @@ class Catalog:
                     if column.name not in present and column.nullable:
                         kind = column.type.compile(dialect=self.engine.dialect)
                         conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+                for index in table.indexes:  # and the indexes added since
+                    index.create(conn, checkfirst=True)
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -653,6 +659,19 @@ class Catalog:
                     .where(and_(triggers_table.c.stream == stream, triggers_table.c.status == "pending"))
                 ).scalar_one()
             )
+
+    def pending_streams(self) -> list[str]:
+        """The streams with pending triggers, the one whose oldest trigger fired first first."""
+        from sqlalchemy import func
+
+        query = (
+            select(triggers_table.c.stream)
+            .where(triggers_table.c.status == "pending")
+            .group_by(triggers_table.c.stream)
+            .order_by(func.min(triggers_table.c.id))
+        )
+        with self._conn(None) as c:
+            return [row.stream for row in c.execute(query).all()]
 
     def count_events(self, stream: str, event: str) -> int:
         """How many triggers of one event type the stream has fired (e.g. recalculations)."""

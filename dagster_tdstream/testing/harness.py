@@ -36,11 +36,11 @@ from dagster._core.storage.tags import (
 from dagster._core.utils import make_new_backfill_id
 from dagster._utils.schedules import schedule_execution_time_iterator
 
-from ..orchestration.assets import MODE_TAG
 from ..orchestration.definitions import StreamJob, stream_definitions
-from ..orchestration.live import LIVE_MODE, UNTIL_IDLE_TAG, has_work
+from ..orchestration.live import has_work
 from ..orchestration.notifications import NOTIFICATION_SENSOR, TDStreamNotifier, build_notification_sensor
 from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
+from ..orchestration.tags import LIVE_MODE, MODE_TAG, UNTIL_IDLE_TAG
 from ..orchestration.translator import DagsterTDStreamTranslator
 from ..storage.registry import load_stream, load_streams
 from ..storage.warehouse import Warehouse

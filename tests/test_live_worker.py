@@ -1,0 +1,169 @@
+"""The live worker: one long-lived Dagster run computes the small batches of every
+data-triggered stream on the warm Spark, while the trigger sensors keep reading the WAL. The
+worker runs for real (its job, in a thread, against the harness's Dagster instance); the
+sensors are evaluated by the harness as the daemon would."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dagster import AssetKey, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+
+from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream.errors import CatalogError
+from dagster_tdstream.orchestration import worker as worker_module
+from dagster_tdstream.orchestration.tags import LIVE_TAG, STREAM_TAG
+from dagster_tdstream.orchestration.translator import DagsterTDStreamTranslator
+from dagster_tdstream.orchestration.worker import WORKER, build_live_worker, worker_run_id
+from dagster_tdstream.testing.harness import HarnessReport
+
+from .conftest import output
+
+T = 1_700_000_000_000
+STREAMS = (
+    "create database d; use d; create table t (ts timestamp, v int);"
+    "create stream s1 interval(10s) sliding(10s) from t into o1 as select _twstart, sum(v) s from %%trows;"
+    "create stream s2 interval(20s) sliding(20s) from t into o2 as select _twstart, count(*) n from %%trows;"
+    "create stream quick interval(10s) sliding(10s) from t stream_options(low_latency_calc) into q "
+    "as select _twstart, sum(v) s from %%trows"
+)
+
+
+def wait_for(condition: Any, what: str, seconds: float = 60.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def landed(session: Session, table: str, rows: list[tuple[Any, ...]]) -> bool:
+    """Whether the output table holds exactly ``rows`` (it is created by its first commit)."""
+    try:
+        return output(session, f"select * from {table}") == rows
+    except CatalogError:
+        return False
+
+
+class RunningWorker:
+    """The worker job executed in a thread, as the daemon's run process would execute it."""
+
+    def __init__(self, harness: StreamHarness) -> None:
+        self.harness = harness
+        job, self.sensor = build_live_worker(DagsterTDStreamTranslator())
+        self.result: Any = None
+        self.thread = threading.Thread(target=self._run, args=(job,), daemon=True)
+
+    def _run(self, job: Any) -> None:
+        self.result = job.execute_in_process(
+            instance=self.harness.instance,
+            resources=self.harness.resources,
+            run_config={"ops": {WORKER: {"config": {"seconds": 120, "poll_seconds": 0.1}}}},
+            tags={LIVE_TAG: WORKER},
+            raise_on_error=False,
+        )
+
+    def start(self) -> str:
+        self.thread.start()
+        return wait_for(lambda: worker_run_id(self.harness.instance), "the worker run starts")
+
+    def stop(self, run_id: str) -> None:
+        """Terminate it as the UI does: the loop sees the run canceling and ends."""
+        run = self.harness.instance.get_run_by_id(run_id)
+        assert run is not None
+        self.harness.instance.report_run_canceling(run)
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def worker(harness: StreamHarness) -> Iterator[RunningWorker]:
+    running = RunningWorker(harness)
+    yield running
+    if running.thread.is_alive():  # a failed test: end it anyway
+        run_id = worker_run_id(harness.instance)
+        if run_id is not None:
+            running.stop(run_id)
+
+
+def test_the_worker_computes_every_streams_small_batches_and_records_their_partitions(
+    session: Session, harness: StreamHarness, worker: RunningWorker
+) -> None:
+    session.execute(STREAMS)
+    run_id = worker.start()
+    session.execute(f"insert into t values ({T}, 1) ({T + 10000}, 2) ({T + 20000}, 3) ({T + 40000}, 4)")
+    report = HarnessReport()
+    requests = harness.tick(report)
+    # the sensors queued the fired windows and left them to the worker: no batch run
+    assert [asset.key for asset, _ in requests] == [AssetKey(["tdstream", "d", "q"])]  # the live run's
+    assert report.skipped["d__s1__trigger"].endswith(f"trigger(s) are computed by the live worker, run {run_id}")
+    # [T+30s, T+40s) holds no row and still fires (no IGNORE_NODATA_TRIGGER)
+    expected1 = [(T, 1), (T + 10000, 2), (T + 20000, 3), (T + 30000, None)]
+    wait_for(lambda: landed(session, "o1", expected1), "s1's windows in o1")
+    wait_for(lambda: landed(session, "o2", [(T, 2), (T + 20000, 1)]), "s2's windows in o2")
+    # each computed window is a materialization of its partition, naming the worker's run
+    records = harness.instance.fetch_materializations(AssetKey(["tdstream", "d", "o1"]), limit=10).records
+    assert {r.run_id for r in records} == {run_id}
+    assert {r.asset_materialization.partition for r in records} == {"2023-11-14-22:00"}
+    assert sum(r.asset_materialization.metadata["tdstream/windows_computed"].value for r in records) == 4
+    assert not [run for run in harness.instance.get_runs() if run.tags.get(STREAM_TAG) in ("d.s1", "d.s2")]
+    # more rows: the same worker run takes them
+    session.execute(f"insert into t values ({T + 50000}, 5)")
+    harness.run_until_idle()
+    wait_for(lambda: landed(session, "o1", [*expected1, (T + 40000, 4)]), "s1's next window")
+    assert len({r.run_id for r in harness.instance.get_runs() if r.tags.get(LIVE_TAG) == WORKER}) == 1
+    worker.stop(run_id)
+    run = harness.instance.get_run_by_id(run_id)
+    assert run is not None and run.status in (DagsterRunStatus.CANCELED, DagsterRunStatus.SUCCESS)
+
+
+def test_without_a_worker_or_for_a_failed_or_large_batch_the_sensor_starts_a_batch_run(
+    session: Session, harness: StreamHarness, worker: RunningWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session.execute(STREAMS)
+    session.execute(f"insert into t values ({T}, 1) ({T + 10000}, 2)")
+    harness.run_until_idle()  # no worker: batch runs, as before
+    assert output(session, "select * from o1") == [(T, 1)]
+    assert [r.tags.get(STREAM_TAG) for r in harness.instance.get_runs() if STREAM_TAG in r.tags].count("d.s1") == 1
+    monkeypatch.setattr(worker_module, "MAX_WORKER_TRIGGERS", 1)
+    run_id = worker.start()
+    # a stream whose last computation failed is retried by the batch path, visibly
+    harness.warehouse.catalog.set_stream_error("d.s2", "run x failed: boom")
+    session.execute(f"insert into t values ({T + 20000}, 3) ({T + 30000}, 4) ({T + 40000}, 5)")
+    report = harness.run_until_idle()
+    batch = [r.tags.get(STREAM_TAG) for r in harness.instance.get_runs() if STREAM_TAG in r.tags]
+    # s1 fired two windows: more than the worker takes (patched to 1), so a run of its own;
+    # s2 is marked failed, so a run too, which clears the error
+    assert batch.count("d.s1") == 2 and batch.count("d.s2") == 1
+    assert report.failures == []
+    assert output(session, "select * from o1") == [(T, 1), (T + 10000, 2), (T + 20000, 3), (T + 30000, 4)]
+    assert output(session, "select * from o2") == [(T, 2), (T + 20000, 2)]
+    assert harness.warehouse.catalog.get_stream("d", "s2").last_error is None  # type: ignore[union-attr]
+    worker.stop(run_id)
+
+
+def test_the_keeper_sensor_starts_one_worker_while_a_stream_needs_it(
+    session: Session, harness: StreamHarness, worker: RunningWorker
+) -> None:
+    def tick() -> Any:
+        context = build_sensor_context(instance=harness.instance, sensor_name=WORKER, resources=harness.resources)
+        return worker.sensor(context)
+
+    skipped = tick()
+    assert isinstance(skipped, SkipReason) and "nothing for the worker" in (skipped.skip_message or "")
+    session.execute(STREAMS)
+    request = tick()
+    assert isinstance(request, RunRequest) and request.tags[LIVE_TAG] == WORKER
+    assert request.run_key == f"{WORKER}:live:0"
+    run_id = worker.start()
+    running = tick()
+    assert isinstance(running, SkipReason) and run_id in (running.skip_message or "")
+    worker.stop(run_id)
+    again = tick()
+    assert isinstance(again, RunRequest) and again.run_key == f"{WORKER}:live:1"
