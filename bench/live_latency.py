@@ -32,6 +32,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,6 +183,7 @@ def main() -> None:
             else:
                 missing += 1
     split = run_split(home)
+    split.update(trigger_split(warehouse, closes, seen, first_full[0]))
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{os.cpu_count()} cores",
@@ -209,6 +211,31 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
         print(f"kept {scratch}")
+
+
+def trigger_split(
+    warehouse: Any, closes: dict[int, float], seen: dict[tuple[int, int], float], first: int
+) -> dict[str, float | None]:
+    """Median seconds from a window's close to its trigger being queued (the sensor's wait
+    and tick, or the live run's poll), and from there to its result being visible (launch or
+    pick-up, compute, commit), from the catalog's trigger queue."""
+    from sqlalchemy import select
+
+    from dagster_tdstream.storage.catalog import triggers_table
+
+    query = select(triggers_table.c.stream, triggers_table.c.wstart, triggers_table.c.fired_at)
+    fired: dict[tuple[int, int], float] = {}
+    with warehouse.catalog.engine.connect() as conn:
+        for stream, wstart, fired_at in conn.execute(query.where(triggers_table.c.event == "WINDOW_CLOSE")):
+            key = (int(stream.rsplit(".s", 1)[1]), int(wstart))
+            fired[key] = max(fired.get(key, 0.0), fired_at / 1e9)  # the last group's
+    queued = [fired[key] - closes[key[1]] for key in fired if key[1] in closes and key[1] >= first]
+    landed = [seen[key] - fired[key] for key in fired if key in seen and key[1] >= first]
+    return {
+        "close_to_queued_s": round(statistics.median(queued), 2) if queued else None,
+        "queued_to_visible_s": round(statistics.median(landed), 2) if landed else None,
+        "queued_to_visible_p95_s": round(percentile(landed, 0.95), 2) if landed else None,
+    }
 
 
 def run_split(home: Path) -> dict[str, float | int | None]:

@@ -41,7 +41,7 @@ def test_scaffold_writes_defs_yaml_and_an_example_that_loads(tmp_path: Path) -> 
             key = AssetKey(["tdstream", "power", "device_current_1m"])
             asset = defs.resolve_asset_graph().get(key)
             assert asset.partitions_def is not None and asset.group_name == "power"
-            assert [s.name for s in defs.sensors or []] == ["power__device_current_1m__trigger"]
+            assert [s.name for s in defs.sensors or []] == ["power__device_current_1m__trigger", "tdstream_live_worker"]
             assert set(defs.resources or {}) == {"tdstream_warehouse", "tdstream_spark", "tdstream_notifier"}
             # the relative warehouse is at the project's root, not in the source tree
             warehouse = Warehouse(str(sandbox.project_root / ".tdstream"))
@@ -136,7 +136,7 @@ def test_dg_scaffolds_and_lists_the_component(tmp_path: Path) -> None:
     assert yaml.safe_load((defs / "meters" / "defs.yaml").read_text())["type"] == "dagster_tdstream.TDStreamComponent"
     assert (defs / "meters" / "streams" / "power.sql").exists()
     listed = json.loads(dg("list", "defs", "--json"))
-    assert [s["name"] for s in listed["sensors"]] == ["power__device_current_1m__trigger"]
+    assert [s["name"] for s in listed["sensors"]] == ["power__device_current_1m__trigger", "tdstream_live_worker"]
     assert [c["key"] for c in listed["asset_checks"]] == ["tdstream/power/device_current_1m:stream_lag"]
     assert sorted(r["name"] for r in listed["resources"]) == [
         "tdstream_notifier",

@@ -53,7 +53,9 @@ def test_every_stream_becomes_a_partitioned_asset_and_a_sensor(tmp_path: Path) -
     assert fast.metadata["tdstream/partition_by"] == "tbname"
     assert "create stream fast" in fast.metadata["tdstream/sql"].value
     assert fast.group_name == "d" and fast.kinds == {"spark", "delta"}
-    assert sorted(s.name for s in defs.sensors) == ["d__fast__trigger", "d__slow__trigger"]
+    # and the live worker's keeper, with the job it keeps running
+    assert sorted(s.name for s in defs.sensors) == ["d__fast__trigger", "d__slow__trigger", "tdstream_live_worker"]
+    assert [job.name for job in defs.jobs or []] == ["tdstream_live_worker"]
     assert set(defs.resources) == {"tdstream_warehouse", "tdstream_spark", "tdstream_notifier"}
 
 
@@ -107,6 +109,7 @@ def test_the_code_location_loads_the_demo_stream_and_the_feeder_writes(
         "power__device_current_1m__trigger",
         "power__high_current__trigger",
         "tdstream_notifications",
+        "tdstream_live_worker",
         "demo_meter_feeder",
     }
     feeder = defs.get_sensor_def("demo_meter_feeder")

@@ -18,7 +18,7 @@ from dagster_tdstream.errors import CatalogError
 from dagster_tdstream.orchestration import worker as worker_module
 from dagster_tdstream.orchestration.tags import LIVE_TAG, STREAM_TAG
 from dagster_tdstream.orchestration.translator import DagsterTDStreamTranslator
-from dagster_tdstream.orchestration.worker import WORKER, build_live_worker, worker_run_id
+from dagster_tdstream.orchestration.worker import WORKER, WORKER_OP, build_live_worker, worker_run_id
 from dagster_tdstream.testing.harness import HarnessReport
 
 from .conftest import output
@@ -64,7 +64,7 @@ class RunningWorker:
         self.result = job.execute_in_process(
             instance=self.harness.instance,
             resources=self.harness.resources,
-            run_config={"ops": {WORKER: {"config": {"seconds": 120, "poll_seconds": 0.1}}}},
+            run_config={"ops": {WORKER_OP: {"config": {"seconds": 120, "poll_seconds": 0.1}}}},
             tags={LIVE_TAG: WORKER},
             raise_on_error=False,
         )

@@ -83,7 +83,8 @@ def test_a_whole_minute_period_is_a_dagster_schedule(warehouse: Warehouse, spark
     assert [(s.name, s.cron_schedule, s.execution_timezone) for s in defs.schedules] == [
         ("d__p__period", "* * * * *", "UTC")
     ]
-    assert [s.name for s in defs.sensors] == ["d__fast__trigger"]  # 10s: cron cannot: the timer sensor
+    # 10s: cron cannot: the timer sensor (and the live worker's keeper)
+    assert [s.name for s in defs.sensors] == ["d__fast__trigger", "tdstream_live_worker"]
     harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: BASE)
     assert harness.run_until_idle().runs == 0
     session.execute("insert into a using st tags (1) values (1700000000000, 1) (1700000001000, 2)")

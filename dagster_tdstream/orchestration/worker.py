@@ -61,6 +61,7 @@ from .tags import ACTIVE_STATUSES, BATCH_POOL, POOL_TAG, STREAM_TAG, UNTIL_IDLE_
 from .translator import DagsterTDStreamTranslator, code_version
 
 WORKER = "tdstream_live_worker"  # the job, its keeper sensor and the LIVE_TAG of its runs
+WORKER_OP = "serve_streams"  # the job's one op (its config: WorkerConfig)
 # a larger backlog (catching up after downtime, a burst) is a batch run of its own: it shows
 # as one run in the UI and does not hold up the other streams' small batches
 MAX_WORKER_TRIGGERS = 2000
@@ -204,7 +205,7 @@ def build_live_worker(
 ) -> tuple[JobDefinition, SensorDefinition]:
     """The worker's job and the sensor that keeps one run of it going."""
 
-    @op(name=WORKER, description="Computes the small batches of every data-triggered stream on the warm Spark.")
+    @op(name=WORKER_OP, description="Computes the small batches of every data-triggered stream on the warm Spark.")
     def live_worker(
         context: OpExecutionContext,
         config: WorkerConfig,
