@@ -488,7 +488,7 @@ class Session:
         try:
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
             translated = translate_select(stmt.select, ctx)
-            arrow = run_query(spark, views, translated)
+            arrow = run_query(views, translated)
         finally:
             views.close()
         table = to_result_table(arrow, translated.columns, translated.precision)

@@ -29,16 +29,16 @@ from .bulk import time_ordered
 WINDOW_COLUMNS = (("__qid", pa.int64()), ("__qw", pa.int64()), ("__qwe", pa.int64()))
 
 
-def run_query(spark: Any, views: SparkViews, translated: TranslatedQuery) -> pa.Table:
+def run_query(views: SparkViews, translated: TranslatedQuery) -> pa.Table:
     """The query's result as an Arrow table (row-window views registered in ``views``)."""
     try:
         for plan in translated.row_windows:
-            views.register_as(_labelled(spark, plan), plan.view)
+            views.register_as(_labelled(views, plan), plan.view)
         sql = translated.sql
         for name, scalar in translated.parameters:
-            value = spark.sql(scalar).collect()[0][0]
+            value = views.sql(scalar).collect()[0][0]
             sql = sql.replace(name, "NULL" if value is None else repr(value))
-        return spark.sql(sql).toArrow()
+        return views.sql(sql).toArrow()
     except QueryError:
         raise
     except Exception as exc:
@@ -46,11 +46,11 @@ def run_query(spark: Any, views: SparkViews, translated: TranslatedQuery) -> pa.
         raise QueryError(f"query failed in Spark: {lines[0] if lines else type(exc).__name__}") from None
 
 
-def _labelled(spark: Any, plan: RowWindowPlan) -> Any:
+def _labelled(views: SparkViews, plan: RowWindowPlan) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    frame = spark.sql(plan.source_sql)
+    frame = views.sql(plan.source_sql)
     keys = list(plan.partition)
     if not keys:  # one group: the whole (filtered) table in time order
         keys = ["__all"]

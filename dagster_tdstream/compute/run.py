@@ -100,17 +100,16 @@ def compute_triggers(
         trows_view = None
         span = _window_span(computable) if not isinstance(trigger, PeriodTrigger | SlidingPointTrigger) else None
         if trigger_source is not None and span is not None:
-            pk = f"`{stream.trigger_table.primary_key}`"  # type: ignore[union-attr]
-            narrowed = spark.table(trigger_source.view).where(f"{pk} >= {span[0]} AND {pk} <= {span[1]}")
-            trows_view = views.register(narrowed, "trows")
+            # the batch's rows from the few files its windows span
+            trows_view = views.table_range(stream.trigger_table, *span)  # type: ignore[arg-type]
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
             # recalculated INTERVAL windows carry no row count: count them at computation time
             counted = trows_view or trigger_source.view
-            triggers_view = views.register(_with_row_counts(spark, triggers_view, counted, stream, label), "triggers")
+            triggers_view = views.register(_with_row_counts(views, triggers_view, counted, stream, label), "triggers")
         scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
-        result = run_query(spark, views, translated) if computable else pa.table({})
+        result = run_query(views, translated) if computable else pa.table({})
         source_types = _source_types(views, stream)
     finally:
         views.close()
@@ -317,7 +316,7 @@ def _triggers_frame(
 
 
 def _with_row_counts(
-    spark: Any, triggers_view: str, trows_view: str, stream: StreamDefinition, label: Callable[[str], str]
+    views: SparkViews, triggers_view: str, trows_view: str, stream: StreamDefinition, label: Callable[[str], str]
 ) -> Any:
     """``_twrownum``: the trigger table's rows in each trigger's window and group, counted at
     computation time (recalculated windows count again)."""
@@ -332,7 +331,7 @@ def _with_row_counts(
         f"GROUP BY {group_by}__w"
     )
     on = " AND ".join([f"t.{g} <=> c.{g}" for _, g in keys] + ["t._twstart = c.__w"])
-    return spark.sql(
+    return views.sql(
         f"SELECT t.* EXCEPT (_twrownum), CASE WHEN t._twend IS NULL THEN NULL ELSE coalesce(c.__n, 0) END "
         f"AS _twrownum FROM `{triggers_view}` t LEFT JOIN ({counts}) c ON {on}"
     )
@@ -362,11 +361,11 @@ def triggers_for_range(
         key_list = "".join(f"{k}, " for k in keys)
         group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
         history = f" WHERE {pk} >= {stream.history_start}" if stream.history_start is not None else ""
-        bounds = spark.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{history}{group_by}")
+        bounds = views.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{history}{group_by}")
         low_ts, high_ts = start - spec.interval, end + spec.interval
         if stream.history_start is not None:
             low_ts = max(low_ts, stream.history_start)
-        windows = spark.sql(
+        windows = views.sql(
             f"SELECT {key_list}__w, count(*) AS n FROM (SELECT *, {spec.label_sql(pk)} AS __w FROM `{view}` "
             f"WHERE {pk} >= {low_ts} AND {pk} < {high_ts}) WHERE __w >= {start} AND __w < {end} "
             f"GROUP BY {key_list}__w"

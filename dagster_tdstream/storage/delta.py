@@ -95,12 +95,31 @@ class DeltaStore:
             dt.load_as_version(version)
         return dt.to_pyarrow_table(columns=columns, filters=filters)
 
-    def file_uris(self, db: str, table: str, version: int | None = None) -> list[str]:
-        """The Parquet files of the table's snapshot (the newest, or as of ``version``)."""
+    def file_uris(
+        self, db: str, table: str, version: int | None = None, key_range: tuple[str, int, int] | None = None
+    ) -> list[str]:
+        """The Parquet files of the table's snapshot (the newest, or as of ``version``);
+        with ``key_range`` (column, low, high) only the files whose statistics say they may
+        hold a value of that column in [low, high] — a batch of a stream reads the few files
+        its windows span, not every file the table ever got (Spark lists and opens each)."""
         dt = self.open(db, table)
         if version is not None:
             dt.load_as_version(version)
-        return dt.file_uris()
+        files = dt.file_uris()
+        if key_range is None:
+            return files
+        column, low, high = key_range
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if f"min.{column}" not in actions.column_names or f"max.{column}" not in actions.column_names:
+            return files  # no statistics written for the column: every file may hold it
+        kept = set()
+        paths = actions.column("path").to_pylist()
+        lows, highs = actions.column(f"min.{column}").to_pylist(), actions.column(f"max.{column}").to_pylist()
+        for path, lo, hi in zip(paths, lows, highs, strict=True):
+            if not isinstance(lo, int) or not isinstance(hi, int) or (lo <= high and hi >= low):
+                kept.add(path.rsplit("/", 1)[-1])
+        # file names are unique in a table (a UUID each): the URI's last part names its action
+        return [uri for uri in files if uri.rsplit("/", 1)[-1] in kept]
 
     def drop(self, db: str, table: str) -> None:
         uri = self.uri(db, table)

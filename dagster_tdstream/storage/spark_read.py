@@ -9,6 +9,8 @@ Views are registered under names the query translator chose. Must not write anyt
 from __future__ import annotations
 
 import itertools
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -54,17 +56,30 @@ def spark_schema(schema: pa.Schema) -> Any:
     return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
 
 
-def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo, version: int | None = None) -> Any:
+def table_frame(
+    spark: Any,
+    warehouse: Warehouse,
+    info: TableInfo,
+    version: int | None = None,
+    key_range: tuple[int, int] | None = None,
+) -> Any:
     """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags (as
-    of the WAL offset ``version`` when given, e.g. a stream's history)."""
+    of the WAL offset ``version`` when given, e.g. a stream's history); with ``key_range``
+    only the rows whose primary timestamp lies in [low, high], read from the files that may
+    hold them."""
     from pyspark.sql import functions as F
 
     storage = warehouse.find_table(info.db, info.storage_name) if info.kind == "child" else info
     assert storage is not None
     is_super = storage.kind == "super"
     schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
-    files = warehouse.delta.file_uris(info.db, storage.name, version)
+    pk = info.primary_key
+    files = warehouse.delta.file_uris(
+        info.db, storage.name, version, key_range=None if key_range is None else (pk, *key_range)
+    )
     data = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
+    if key_range is not None:
+        data = data.where((F.col(pk) >= key_range[0]) & (F.col(pk) <= key_range[1]))
     if not is_super:
         return data.withColumn("tbname", F.lit(info.name))
     if info.kind == "child":
@@ -81,7 +96,12 @@ def table_frame(spark: Any, warehouse: Warehouse, info: TableInfo, version: int 
 
 class SparkViews:
     """Temporary Spark views of warehouse tables for one query or one stream run: each table
-    is registered once, under a name unique to this object, and dropped by ``close``."""
+    is registered once, under a name unique to this object, and dropped by ``close``.
+
+    A table's view is registered only when SQL run through ``sql`` (or ``frame``) names it:
+    registering makes Spark list and stat every file of the table, a second for a table of
+    hundreds of files, which a stream run whose query reads only its batch's rows
+    (``table_range``) must not pay for the whole trigger table."""
 
     _counter = itertools.count()
 
@@ -90,6 +110,8 @@ class SparkViews:
         self.warehouse = warehouse
         self.default_db = default_db
         self._views: dict[str, SourceTable] = {}
+        self._pending: dict[str, Callable[[], Any]] = {}  # view → its frame, not registered yet
+        self._registered: list[str] = []
 
     def resolve(self, name: QualifiedName) -> SourceTable:
         db = (name.db or self.default_db or "").lower()
@@ -112,7 +134,7 @@ class SparkViews:
             view = f"__tds_{next(self._counter)}"
             from pyspark.sql import functions as F
 
-            frame.withColumn("tbname", F.lit(name)).createOrReplaceTempView(view)
+            self._create(frame.withColumn("tbname", F.lit(name)), view)
             self._views[key] = SourceTable(key, view, "normal", schema, (), "ms")
         return self._views[key]
 
@@ -120,10 +142,23 @@ class SparkViews:
         key = f"{info.db}.{info.name}"
         if key not in self._views:
             view = f"__tds_{next(self._counter)}"
-            table_frame(self.spark, self.warehouse, info).createOrReplaceTempView(view)
+            self._pending[view] = lambda: table_frame(self.spark, self.warehouse, info)
             precision = self.warehouse.database(info.db).precision
             self._views[key] = SourceTable(key, view, info.kind, info.columns, info.tags, precision)
         return self._views[key]
+
+    def table_range(self, info: TableInfo, low: int, high: int) -> str:
+        """A view of the table's rows with primary timestamps in [low, high] (registered now)."""
+        return self.register(table_frame(self.spark, self.warehouse, info, key_range=(low, high)), "range")
+
+    def sql(self, text: str) -> Any:
+        """``spark.sql`` once the views the text names are registered."""
+        for view in [v for v in self._pending if re.search(rf"\b{v}\b", text)]:
+            self._create(self._pending.pop(view)(), view)
+        return self.spark.sql(text)
+
+    def frame(self, view: str) -> Any:
+        return self.sql(f"SELECT * FROM `{view}`")
 
     def register(self, frame: Any, prefix: str) -> str:
         """Register any DataFrame (e.g. the triggers of a run) and return its view name."""
@@ -131,14 +166,20 @@ class SparkViews:
 
     def register_as(self, frame: Any, view: str) -> str:
         """Register a DataFrame under a name the query translator chose."""
-        frame.createOrReplaceTempView(view)
+        self._create(frame, view)
         self._views[view] = SourceTable(view, view, "view", (), (), "ms")
         return view
+
+    def _create(self, frame: Any, view: str) -> None:
+        frame.createOrReplaceTempView(view)
+        self._registered.append(view)
 
     def sources(self) -> list[SourceTable]:
         return list(self._views.values())
 
     def close(self) -> None:
-        for source in self._views.values():
-            self.spark.catalog.dropTempView(source.view)
+        for view in self._registered:
+            self.spark.catalog.dropTempView(view)
+        self._registered.clear()
         self._views.clear()
+        self._pending.clear()
