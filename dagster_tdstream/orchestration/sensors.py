@@ -85,7 +85,9 @@ def build_trigger_sensor(
     name: str,
     *,
     running: bool,
-    minimum_interval_seconds: int = 5,
+    # the daemon's loop already waits 5 s between passes, and it measures the interval from the
+    # end of the last tick: a 5 s minimum would skip every other pass (a 10 s tick period)
+    minimum_interval_seconds: int = 1,
     time_budget_seconds: float = 20.0,
     offsets_per_step: int = 50,
     clock: Callable[[], int] = time.time_ns,
