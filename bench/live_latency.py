@@ -151,9 +151,10 @@ def main() -> None:
     first_full = [0]
     drain_until = [0.0]
     try:
-        # the daemon loads the code location and starts the sensors; windows that close from
-        # here on are measured
-        time.sleep(5)
+        # the daemon loads the code location, its sensors start the live runs (the worker, or
+        # one per LOW_LATENCY_CALC stream); windows that close once those are up are measured
+        # (steady state: a live run starts once, not per window)
+        wait_for_live_runs(home, args.streams if args.low_latency else 1)
         feeder = threading.Thread(target=feed, daemon=True)
         watcher = threading.Thread(target=watch, daemon=True)
         feed_start = int(time.time() * 1000)
@@ -211,6 +212,22 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
         print(f"kept {scratch}")
+
+
+def wait_for_live_runs(home: Path, count: int, seconds: float = 120.0) -> None:
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    began = time.monotonic()
+    with DagsterInstance.from_config(str(home)) as instance:
+        while time.monotonic() - began < seconds:
+            started = instance.get_runs_count(
+                filters=RunsFilter(tags={"tdstream/pool": "live"}, statuses=[DagsterRunStatus.STARTED])
+            )
+            if started >= count:
+                break
+            time.sleep(0.5)
+    print(f"{count} live run(s) up after {time.monotonic() - began:.1f} s", flush=True)
+    time.sleep(2)  # their first poll
 
 
 def trigger_split(
