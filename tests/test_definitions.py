@@ -56,6 +56,8 @@ def test_every_stream_becomes_a_partitioned_asset_and_a_sensor(tmp_path: Path) -
     # and the live worker's keeper, with the job it keeps running
     assert sorted(s.name for s in defs.sensors) == ["d__fast__trigger", "d__slow__trigger", "tdstream_live_worker"]
     assert [job.name for job in defs.jobs or []] == ["tdstream_live_worker"]
+    # due on every pass of the daemon (which waits 5 s between passes by itself)
+    assert defs.get_sensor_def("d__fast__trigger").minimum_interval_seconds == 1
     assert set(defs.resources) == {"tdstream_warehouse", "tdstream_spark", "tdstream_notifier"}
 
 
