@@ -28,7 +28,6 @@ from dagster import (
 from ..compute.bulk import derive_windows
 from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
 from ..notify.events import notification_events
-from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
 from .live import run_live, still_running
@@ -87,8 +86,7 @@ def _materialize(
     warehouse = tdstream_warehouse.get()
     stream = load_stream(warehouse, stream_key)
     spark = tdstream_spark.spark_session
-    # the stream's literals are read in the time zone of the session that created it
-    zone = resolve_timezone(stream.info.timezone) if stream.info.timezone else tdstream_warehouse.zone()
+    zone = tdstream_warehouse.zone(stream)
     if context.run.tags.get(MODE_TAG) == LIVE_MODE:
         wanted = still_running(context.instance, warehouse, stream_key)
         windows = run_live(

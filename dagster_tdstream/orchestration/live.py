@@ -184,7 +184,7 @@ def compute_batch(
     partitions: TimeWindowPartitionsDefinition,
     *,
     offsets: str,
-    tick_seconds: float = 0.0,
+    tick_seconds: float | None = None,
 ) -> int:
     """Compute pending triggers on the warm session, finish them with their outbox rows in one
     catalog transaction, deliver the notifications at once and record each computed window's
@@ -196,20 +196,21 @@ def compute_batch(
     computed = time.perf_counter()
     if events:
         notifier.deliver(warehouse, [stream.key])
+    metadata: dict[str, Any] = {
+        MODE_TAG: LIVE_MODE,
+        "tdstream/rows_written": outcome.rows_written,
+        "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
+        "tdstream/offsets": MetadataValue.text(offsets),
+        "tdstream/compute_seconds": round(computed - started, 3),
+    }
+    if tick_seconds is not None:  # the live run's own WAL tick (the worker's batches were the sensor's)
+        metadata["tdstream/tick_seconds"] = round(tick_seconds, 3)
     for partition, count in _partitions(partitions, stream, pending).items():
         context.log_event(
             AssetMaterialization(
                 asset_key=asset_key,
                 partition=partition,
-                metadata={
-                    MODE_TAG: LIVE_MODE,
-                    "tdstream/windows_computed": count,
-                    "tdstream/rows_written": outcome.rows_written,
-                    "tdstream/output_version": outcome.output_version if outcome.output_version is not None else -1,
-                    "tdstream/offsets": MetadataValue.text(offsets),
-                    "tdstream/tick_seconds": round(tick_seconds, 3),
-                    "tdstream/compute_seconds": round(computed - started, 3),
-                },
+                metadata=metadata | {"tdstream/windows_computed": count},
             )
         )
     return outcome.windows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
@@ -11,6 +12,7 @@ from pydantic import Field, PrivateAttr
 
 from ..compute.spark import build_spark_session, spark_endpoint
 from ..sql.timeunits import resolve_timezone
+from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 
 
@@ -29,8 +31,10 @@ class TDStreamWarehouse(ConfigurableResource):
             self._warehouse = Warehouse(self.uri, metadata_url=self.metadata_url)
         return self._warehouse
 
-    def zone(self) -> Any:
-        return resolve_timezone(self.timezone)
+    def zone(self, stream: StreamDefinition) -> ZoneInfo:
+        """The time zone the stream's literals are read in: that of the session that created
+        it, else this resource's."""
+        return resolve_timezone(stream.info.timezone or self.timezone)
 
 
 class TDStreamSpark(PySparkResource):

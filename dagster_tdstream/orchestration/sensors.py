@@ -57,7 +57,7 @@ from .tags import (
     STREAM_TAG,
     TRIGGERS_MODE,
 )
-from .worker import serves, worker_run_id
+from .worker import is_small, serves, worker_run_id
 
 MAX_ATTEMPTS = 3
 
@@ -233,7 +233,7 @@ def pending_runs(
         return SkipReason(f"stream {stream.key} is paused ({stream.info.paused}); {len(pending)} trigger(s) wait")
     low_latency = stream.stmt.option("LOW_LATENCY_CALC") is not None
     worker = None if low_latency else worker_run_id(instance)
-    if worker is not None and serves(stream, len(pending)):
+    if worker is not None and serves(stream) and is_small(len(pending)):
         return SkipReason(f"{len(pending)} trigger(s) are computed by the live worker, run {worker}")
     active = _active_runs(instance, stream.key)
     if active and not low_latency:

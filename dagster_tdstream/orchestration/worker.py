@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dagster import (
     AssetKey,
@@ -49,7 +50,6 @@ from dagster import (
 
 from ..errors import SparkUnavailableError, TDStreamError
 from ..names import sensor_name
-from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition, load_stream, load_streams
 from ..storage.warehouse import Warehouse
 from .control import switched_states
@@ -68,16 +68,20 @@ MAX_WORKER_TRIGGERS = 2000
 REFRESH_SECONDS = 1.0  # how old the worker's view of switches and batch runs may be
 
 
-def serves(stream: StreamDefinition, pending: int) -> bool:
-    """Whether the worker computes this stream's pending triggers (when a worker runs)."""
+def serves(stream: StreamDefinition) -> bool:
+    """Whether the worker computes this stream's small batches (when a worker runs)."""
     return (
         stream.stmt.trigger.kind != "PERIOD"
         and not is_live(stream)
         and not stream.info.last_error  # failed: the batch path retries it, visibly
         and not stream.info.paused
         and stream.info.status != "Stopped"
-        and pending <= MAX_WORKER_TRIGGERS
     )
+
+
+def is_small(pending: int) -> bool:
+    """Whether a batch of this many pending triggers is the worker's (larger: a batch run)."""
+    return pending <= MAX_WORKER_TRIGGERS
 
 
 def worker_run_id(instance: DagsterInstance) -> str | None:
@@ -130,8 +134,8 @@ def serve(
     warehouse: Warehouse,
     notifier: TDStreamNotifier,
     translator: DagsterTDStreamTranslator,
+    zone: Callable[[StreamDefinition], ZoneInfo],
     *,
-    timezone: str | None = None,
     partition_grain: str | None = None,
     until_idle: bool = False,
     seconds: float = LIVE_RUN_SECONDS,
@@ -156,14 +160,15 @@ def serve(
                 stream = load_stream(warehouse, key)
             except TDStreamError:  # dropped meanwhile: its triggers go with it
                 continue
+            if not serves(stream):
+                continue
             pending = warehouse.catalog.pending_triggers(key)
-            if not pending or not serves(stream, len(pending)):
+            if not pending or not is_small(len(pending)):
                 continue
             served = _served(known, warehouse, stream, translator, partition_grain)
-            zone = resolve_timezone(stream.info.timezone or timezone)
             try:
                 windows += compute_batch(
-                    context, spark, warehouse, stream, pending, zone, notifier, served.asset_key,
+                    context, spark, warehouse, stream, pending, zone(stream), notifier, served.asset_key,
                     served.partitions, offsets=f"{pending[0]['offset']}..{pending[-1]['offset']}",
                 )  # fmt: skip
             except SparkUnavailableError:
@@ -220,7 +225,7 @@ def build_live_worker(
                 tdstream_warehouse.get(),
                 tdstream_notifier,
                 translator,
-                timezone=tdstream_warehouse.timezone,
+                tdstream_warehouse.zone,
                 partition_grain=partition_grain,
                 until_idle=context.run.tags.get(UNTIL_IDLE_TAG) == "true",
                 seconds=config.seconds,
@@ -254,7 +259,7 @@ def keep_worker(
 ) -> RunRequest | SkipReason:
     """The worker run to start, or why none: no stream needs one, one is going, the last ones
     failed, or Spark is down (checked last: it may start the local server)."""
-    if not any(serves(stream, 0) for stream in load_streams(warehouse)):
+    if not any(serves(stream) for stream in load_streams(warehouse)):
         return SkipReason("no running data-triggered stream without LOW_LATENCY_CALC: nothing for the worker")
     answer = live_request(instance, WORKER, {})
     if isinstance(answer, RunRequest):

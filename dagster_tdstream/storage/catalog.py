@@ -283,8 +283,8 @@ class Catalog:
         self._add_missing_columns()
 
     def _add_missing_columns(self) -> None:
-        """Catalogs written by an earlier version lack the nullable columns added since:
-        ``create_all`` makes missing tables only, so the columns are added here."""
+        """Catalogs written by an earlier version lack the nullable columns and the indexes
+        added since: ``create_all`` makes missing tables only, so those are added here."""
         from sqlalchemy import inspect, text
 
         inspector = inspect(self.engine)
@@ -295,7 +295,7 @@ class Catalog:
                     if column.name not in present and column.nullable:
                         kind = column.type.compile(dialect=self.engine.dialect)
                         conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
-                for index in table.indexes:  # and the indexes added since
+                for index in table.indexes:
                     index.create(conn, checkfirst=True)
 
     def dispose(self) -> None:

@@ -98,7 +98,7 @@ class SparkViews:
     """Temporary Spark views of warehouse tables for one query or one stream run: each table
     is registered once, under a name unique to this object, and dropped by ``close``.
 
-    A table's view is registered only when SQL run through ``sql`` (or ``frame``) names it:
+    A table's view is registered only when SQL run through ``sql`` names it:
     registering makes Spark list and stat every file of the table, a second for a table of
     hundreds of files, which a stream run whose query reads only its batch's rows
     (``table_range``) must not pay for the whole trigger table."""
@@ -156,9 +156,6 @@ class SparkViews:
         for view in [v for v in self._pending if re.search(rf"\b{v}\b", text)]:
             self._create(self._pending.pop(view)(), view)
         return self.spark.sql(text)
-
-    def frame(self, view: str) -> Any:
-        return self.sql(f"SELECT * FROM `{view}`")
 
     def register(self, frame: Any, prefix: str) -> str:
         """Register any DataFrame (e.g. the triggers of a run) and return its view name."""
