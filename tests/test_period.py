@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from dagster_tdstream import Session, StreamHarness, TDStreamProject, Warehouse, build_definitions
-from dagster_tdstream.triggers.period import PeriodState, PeriodTrigger, cron_schedules
+from dagster_tdstream.triggers.period import MAX_MISSED_TICKS, PeriodState, PeriodTrigger, cron_schedules
 from dagster_tdstream.triggers.sliding import PointSpec
 
 from .conftest import output
@@ -15,15 +15,26 @@ SECOND = 10**9
 BASE = 1_800_000_000 * SECOND  # 2027-01-15 08:00:00 UTC, on a 10 s grid
 
 
-def test_ticks_start_after_create_and_missed_ticks_collapse() -> None:
+def test_ticks_start_after_create_and_missed_ticks_fire_each() -> None:
     trigger = PeriodTrigger(PointSpec(10 * SECOND, SECOND, "ns", ZoneInfo("UTC")))
     state = PeriodState()
-    assert trigger.due(state, BASE) is None  # the first tick is scheduled, not fired
+    assert trigger.due(state, BASE) == []  # the first tick is scheduled, not fired
     assert state.next_tick == BASE + SECOND
-    assert trigger.due(state, BASE + SECOND // 2) is None
-    assert trigger.due(state, BASE + SECOND) == BASE + SECOND
-    assert trigger.due(state, BASE + 35 * SECOND) == BASE + 31 * SECOND  # 11 s and 21 s collapse into 31 s
+    assert trigger.due(state, BASE + SECOND // 2) == []
+    assert trigger.due(state, BASE + SECOND) == [BASE + SECOND]
+    # a late timer fires the ticks it missed, each with its own time (no gaps in _tlocaltime)
+    assert trigger.due(state, BASE + 35 * SECOND) == [BASE + 11 * SECOND, BASE + 21 * SECOND, BASE + 31 * SECOND]
     assert state.next_tick == BASE + 41 * SECOND
+
+
+def test_an_outage_fires_only_the_latest_missed_ticks() -> None:
+    step = 10 * 10**6  # PERIOD(10a)
+    trigger = PeriodTrigger(PointSpec(step, 0, "ns", ZoneInfo("UTC")))
+    state = PeriodState(next_tick=BASE)
+    ticks = trigger.due(state, BASE + 3600 * SECOND)  # an hour down: 360,000 ticks missed
+    assert len(ticks) == MAX_MISSED_TICKS
+    assert ticks[-1] == BASE + 3600 * SECOND and ticks[0] == ticks[-1] - (MAX_MISSED_TICKS - 1) * step
+    assert state.next_tick == BASE + 3600 * SECOND + step
 
 
 def test_period_streams_with_and_without_a_trigger_table(warehouse: Warehouse, spark: object) -> None:

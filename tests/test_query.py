@@ -136,6 +136,17 @@ def test_nanosecond_results_keep_their_precision(session: Session) -> None:
     assert list(frame["v"]) == [2]
 
 
+def test_integer_division_is_exact_beyond_double_precision(session: Session) -> None:
+    session.execute("create database q; use q; create table t (ts timestamp, v bigint);")
+    session.execute("insert into t values (1735689600000, 1764080180490000000) (1735689601000, -7)")
+    result = session.query("select v / 1000000, cast(v / 1000000 as timestamp), v / 2, v / 0 from t order by ts")
+    first, second = result.rows
+    # as doubles, 1764080180490000000 / 1e6 is 1764080180489.9998 and casts a millisecond early
+    assert first[0] == 1764080180490.0
+    assert int(first[1].timestamp() * 1000) == 1764080180490
+    assert second[0] == -7e-06 and second[2] == -3.5 and second[3] is None
+
+
 def test_query_errors_name_the_position_and_alternatives(session: Session) -> None:
     session.execute(METERS)
     with pytest.raises(QueryError) as info:

@@ -37,6 +37,9 @@ def evaluate(expr: ast.Expr, ctx: ConstantContext, *, timestamp: bool = False) -
     and durations count in the precision."""
     if isinstance(expr, ast.Literal):
         if timestamp and expr.kind == "string":
+            if str(expr.value).strip().isdigit():
+                # TDengine reads a quoted integer as an epoch in the precision, as it does unquoted
+                return int(str(expr.value))
             try:
                 return parse_timestamp(str(expr.value), ctx.precision, ctx.timezone)
             except TimeValueError as exc:

@@ -10,15 +10,20 @@ Also checks the statement files (one CREATE STREAM per line) when the directory 
 
 from __future__ import annotations
 
+import ast as pyast
 import json
 import math
+import operator
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from ..compute.spark import LazySpark
 from ..errors import TDStreamError
@@ -122,6 +127,9 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         for phase in case.get("data_sql", []):
             for sql in phase.get("sql", []):
                 _execute(session, sql, phase.get("phase", "data"))
+            if "generator" in phase:
+                for sql in generated_inserts(phase["generator"]):
+                    _execute(session, sql, phase.get("phase", "data"))
             report = harness.run_until_idle()
             if delay and not report.failures:
                 # the tests poll until results converge; open windows come out through
@@ -169,6 +177,19 @@ def _check(session: Session, check: dict[str, Any]) -> None:
                     raise CaseFailed(f"{label}: schema row {i} field {j} is {rows[i][j]!r}, expected {value!r}")
     if "row_count" in check and len(rows) != check["row_count"]:
         raise CaseFailed(f"{label}: {len(rows)} row(s), expected {check['row_count']}")
+    if "row_count_predicate" in check:
+        predicate = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*", check["row_count_predicate"])
+        if predicate is None:
+            raise CaseFailed(f"{label}: row_count_predicate {check['row_count_predicate']!r} is not '<op> <count>'")
+        if not _COMPARE[predicate.group(1)](len(rows), int(predicate.group(2))):
+            raise CaseFailed(f"{label}: {len(rows)} row(s), expected {check['row_count_predicate'].strip()}")
+    if "eventually_equals" in check:
+        if not rows or not rows[0]:
+            raise CaseFailed(f"{label}: no rows, expected {check['eventually_equals']!r}")
+        if not _same(rows[0][0], check["eventually_equals"]):
+            raise CaseFailed(f"{label}: {rows[0][0]!r}, expected {check['eventually_equals']!r}")
+    if "property" in check:
+        _check_property(result, check["property"], label)
     for row, column, value in check.get("cells", []):
         if row >= len(rows) or column >= len(rows[row]):
             raise CaseFailed(f"{label}: no cell [{row},{column}] in a result of {len(rows)} row(s)")
@@ -180,6 +201,93 @@ def _check(session: Session, check: dict[str, Any]) -> None:
         if mine != theirs:
             diff = next((f"{a} != {b}" for a, b in zip(mine, theirs, strict=False) if a != b), "")
             raise CaseFailed(f"{label}: {len(rows)} row(s) differ from the batch query's {len(other)} {diff}")
+
+
+_COMPARE: dict[str, Callable[[int, int], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+# the one property form the corpora use: a constant step between consecutive timestamps
+_STEP_PROPERTY = re.compile(
+    r"for every pair of consecutive rows, \((\w+)\[i\] - \1\[i-1\]\)\.total_seconds\(\) == ([0-9.]+)"
+)
+
+
+def _check_property(result: Result, text: str, label: str) -> None:
+    match = _STEP_PROPERTY.fullmatch(text.strip())
+    if match is None:
+        raise CaseFailed(f"{label}: property {text!r} is not one the runner can check")
+    column, step = match.group(1), float(match.group(2))
+    if column not in result.columns:
+        raise CaseFailed(f"{label}: property names column {column}, the result has {result.columns}")
+    values = result.to_arrow().column(column).cast(pa.int64()).to_pylist()  # timestamps in their unit
+    unit = result.to_arrow().schema.field(column).type.unit
+    per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    for i in range(1, len(values)):
+        if not math.isclose((values[i] - values[i - 1]) / per_second, step, abs_tol=1e-9):
+            raise CaseFailed(f"{label}: rows {i - 1} and {i} of {column} are not {step} s apart")
+
+
+_BATCH_ROWS = 5000  # rows per generated INSERT: the final table is the same as one row per statement
+_TEMPLATE = re.compile(r"(?i)\binsert\s+into\s+\S+\s+values\s*\(.*?\)(?=\s+\u2014|\s*$)")
+
+
+def generated_inserts(generator: dict[str, Any]) -> list[str]:
+    """A phase's ``generator``: a writer template ``for i in range(N): insert into T values
+    (…{expr}…)`` whose ``{…}`` fields are integer arithmetic over the row number ``i`` and the
+    writer ``j`` (one writer: 0), expanded into multi-row INSERTs of consecutive rows."""
+    writer, count = generator.get("writer", ""), generator.get("N")
+    template = _TEMPLATE.search(writer)
+    if template is None or not isinstance(count, int):
+        raise CaseFailed(f"generator {writer[:80]!r}: expected a writer with an INSERT … VALUES (…) template and N")
+    parts = re.split(r"\{([^}]*)\}", template.group(0))  # text, field, text, field, …, text
+    fields = [_expression(part) for part in parts[1::2]]
+    statements: list[str] = []
+    prefix, rows = "", []
+    for i in range(count):
+        names = {"i": i, "j": 0}
+        text = "".join(
+            part if k % 2 == 0 else str(_evaluate(fields[k // 2], names, parts[k])) for k, part in enumerate(parts)
+        )
+        head, _, values = text.partition(" values ")
+        if head != prefix or len(rows) == _BATCH_ROWS:
+            if rows:
+                statements.append(f"{prefix} values {' '.join(rows)}")
+            prefix, rows = head, []
+        rows.append(values.strip())
+    if rows:
+        statements.append(f"{prefix} values {' '.join(rows)}")
+    return statements
+
+
+def _expression(text: str) -> pyast.expr:
+    try:
+        return pyast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise CaseFailed(f"generator field {{{text}}} is not an expression") from None
+
+
+def _evaluate(node: pyast.expr, names: dict[str, int], text: str) -> int:
+    if isinstance(node, pyast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, pyast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, pyast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left, names, text), _evaluate(node.right, names, text))
+    raise CaseFailed(f"generator field {{{text}}}: only integer arithmetic over {sorted(names)} is understood")
+
+
+_OPERATORS: dict[type, Callable[[int, int], int]] = {
+    pyast.Add: operator.add,
+    pyast.Sub: operator.sub,
+    pyast.Mult: operator.mul,
+    pyast.FloorDiv: operator.floordiv,
+    pyast.Mod: operator.mod,
+}
 
 
 def _query(session: Session, query: str, label: str) -> Result:

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from dagster import (
+    AssetKey,
     AssetsDefinition,
     DagsterInstance,
     Definitions,
@@ -42,6 +43,7 @@ from ..orchestration.notifications import NOTIFICATION_SENSOR, TDStreamNotifier,
 from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
 from ..orchestration.tags import LIVE_MODE, MODE_TAG, UNTIL_IDLE_TAG
 from ..orchestration.translator import DagsterTDStreamTranslator
+from ..sql import ast
 from ..storage.registry import load_stream, load_streams
 from ..storage.warehouse import Warehouse
 
@@ -90,6 +92,7 @@ class StreamHarness:
         self.cursors: dict[str, str | None] = {}
         self._notification_sensor = build_notification_sensor()
         self.schedule_marks: dict[str, float] = {}  # schedule → processing time (s) last looked at
+        self.periodic: set[AssetKey] = set()  # the assets of PERIOD streams, as of the last round
 
     def clock(self) -> int:
         """Processing time as the streams see it (ns)."""
@@ -101,11 +104,15 @@ class StreamHarness:
 
     def _definitions(self) -> list[StreamJob]:
         # rebuilt every round: streams created or dropped meanwhile appear or go, as on a reload
-        return stream_definitions(self.warehouse, load_streams(self.warehouse), self.translator, clock=self.clock)
+        streams = load_streams(self.warehouse)
+        jobs = stream_definitions(self.warehouse, streams, self.translator, clock=self.clock)
+        periodic = {s.key for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)}
+        self.periodic = {job.asset.key for job in jobs if job.stream_key in periodic}
+        return jobs
 
     def tick(self, report: HarnessReport | None = None) -> list[tuple[AssetsDefinition, RunRequest]]:
         """Evaluate every trigger sensor once, and every schedule at its latest cron tick since
-        the previous round (missed ticks collapse, as the daemon does); return the runs they
+        the previous round (missed cron ticks collapse, as the daemon does); return the runs they
         request."""
         report = report or HarnessReport()
         requests = []
@@ -224,14 +231,19 @@ class StreamHarness:
             report.failures.append(f"{asset.key.to_user_string()}: {errors[0] if errors else 'run failed'}")
 
     def run_until_idle(self, max_rounds: int = 50) -> HarnessReport:
-        """Tick and run until a round requests no run (bounded by ``max_rounds``)."""
+        """Tick and run until a round requests no run (bounded by ``max_rounds``). PERIOD
+        ticks never stop: a round that only requests runs of PERIOD streams that have already
+        run since the call began is idle too — their outputs are up to date, only the clock
+        is left (the triggers requested stay queued for the next call)."""
         report = HarnessReport()
+        ran: set[AssetKey] = set()
         for _ in range(max_rounds):
             requests = self.tick(report)
-            if not requests:
+            if all(asset.key in ran and asset.key in self.periodic for asset, _ in requests):
                 return report
             for asset, request in requests:
                 self.run(asset, request, report)
+                ran.add(asset.key)
             if report.failures:
                 return report  # a failed run would be requested again with the same triggers
         report.failures.append(f"not idle after {max_rounds} rounds")

@@ -9,12 +9,16 @@ rows written between the two ticks, i.e. the WAL records of the offsets the tick
 Where cron can express the grid (whole minutes), ``cron_schedules`` gives the cron strings and
 the stream runs as a Dagster schedule, one evaluation per tick (``PeriodTrigger.at``).
 Otherwise (sub-minute periods, second offsets, multi-day steps cron cannot count) the trigger
-sensor is a best-effort timer (``PeriodTrigger.due``): a tick runs when the sensor next runs
-at or after its time, and missed ticks collapse into the latest.
+sensor is the timer (``PeriodTrigger.due``): a tick runs when the sensor next runs at or after
+its time, and ticks missed meanwhile fire too, each with its own ``_tlocaltime``, as TDengine's
+do (its outputs keyed by ``_tlocaltime`` have no gaps, even at 10a) — up to
+``MAX_MISSED_TICKS``, so that an outage of the daemon does not bury the live ticks under a
+replay of every tick it missed.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +30,7 @@ _WEEK = 7 * DAY_NANOS
 _EPOCH_WEEKDAY = 4  # 1970-01-01, where the grid of steps of a day or more is anchored, was a Thursday
 
 PERIOD_TICK = "ON_TIME"
+MAX_MISSED_TICKS = 1000  # 10 s of PERIOD(10a), 16 min of PERIOD(1s)
 
 
 @dataclass
@@ -53,18 +58,20 @@ class PeriodTrigger:
     def new_state() -> PeriodState:
         return PeriodState()
 
-    def due(self, state: PeriodState, now: int) -> int | None:
-        """The tick to fire now (the latest one due), or None; schedules the next one."""
+    def due(self, state: PeriodState, now: int) -> list[int]:
+        """The ticks to fire now, oldest first: every tick since the last one fired, at most
+        ``MAX_MISSED_TICKS`` (the latest ones); schedules the next one."""
         if state.next_tick is None:
             state.next_tick = self.spec.first_at_or_after(now + 1)  # ticks start after CREATE
-            return None
-        if now < state.next_tick:
-            return None
-        tick = state.next_tick
-        while self.spec.after(tick) <= now:  # missed ticks collapse into the latest
+            return []
+        ticks: deque[int] = deque(maxlen=MAX_MISSED_TICKS)
+        # after a long outage, start near the ticks that are kept rather than walk every one
+        tick = max(state.next_tick, self.spec.first_at_or_after(now - MAX_MISSED_TICKS * self.spec.step))
+        while tick <= now:
+            ticks.append(tick)
             tick = self.spec.after(tick)
-        state.next_tick = self.spec.after(tick)
-        return tick
+        state.next_tick = tick
+        return list(ticks)
 
     def at(self, state: PeriodState, tick: int) -> int | None:
         """A schedule's evaluation at ``tick``: fires it unless it already fired (a re-evaluated

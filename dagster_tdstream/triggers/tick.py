@@ -167,8 +167,10 @@ def _advance_period(
     clock: Callable[[], int],
     tick_at: int | None,
 ) -> TickResult:
-    """A PERIOD tick: on processing time, one trigger per group, consuming the trigger
-    table's WAL written since the previous tick (``%%trows``)."""
+    """PERIOD ticks: on processing time, one trigger per group and tick, consuming the
+    trigger table's WAL written since the previous tick (``%%trows``). Ticks that fire together
+    (missed while the timer was late) cannot tell when a row was written: its rows go to the
+    latest of them, the earlier ones see none."""
     catalog = warehouse.catalog
     table = stream.trigger_table
     if stream.trigger_missing is not None:
@@ -177,10 +179,14 @@ def _advance_period(
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
     state = PeriodState.from_json(saved) if saved else PeriodState()
     now = clock()
-    tick = trigger.at(state, tick_at) if tick_at is not None else trigger.due(state, now)
+    if tick_at is not None:
+        fired = trigger.at(state, tick_at)
+        ticks = [] if fired is None else [fired]
+    else:
+        ticks = trigger.due(state, now)
     end = first - 1
     queued: list[dict[str, Any]] = []
-    if tick is not None:
+    if ticks:
         counts: dict[str, tuple[list[Any], int]] = {}
         if table is not None:
             end = max(end, warehouse.delta.version(table.db, table.storage_name))
@@ -194,14 +200,18 @@ def _advance_period(
         else:
             groups = [[]]
         per = PRECISIONS[stream.precision]
-        detail = {"period": True, "local": tick, "prev": trigger.spec.before(tick), "next": trigger.spec.after(tick)}
-        detail.update({"from": first, "to": end})
-        for values in groups:
-            count = counts.get(json.dumps(values, default=str), (values, 0))[1]
-            if trigger.ignore_nodata and not count and table is not None:
-                continue
-            fired = Fired(PERIOD_TICK, tick // per, tick // per, count, detail)
-            queued.append(queue_row(fired, values, group_identity(warehouse, stream, values), end, now))
+        identities = [(values, group_identity(warehouse, stream, values)) for values in groups]
+        for tick in ticks:
+            latest = tick == ticks[-1]
+            detail = {"period": True, "local": tick, "prev": trigger.spec.before(tick)}
+            detail["next"] = trigger.spec.after(tick)
+            detail.update({"from": first, "to": end} if latest else {"from": first, "to": first - 1})
+            for values, group_id in identities:
+                count = counts.get(json.dumps(values, default=str), (values, 0))[1] if latest else 0
+                if trigger.ignore_nodata and not count and table is not None:
+                    continue
+                fired = Fired(PERIOD_TICK, tick // per, tick // per, count, detail)
+                queued.append(queue_row(fired, values, group_id, end, now))
     catalog.save_checkpoint(stream.key, end, state.to_json())
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), 0)

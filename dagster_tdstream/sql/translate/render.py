@@ -223,6 +223,12 @@ class Renderer:
             kind = "float" if "float" in (left.kind, right.kind) else "int"
             return Typed(f"({left.sql} {op} {right.sql})", kind, agg)
         if op == "/":
+            if left.kind == right.kind == "int":
+                # a DOUBLE holds integers exactly only up to 2**53: dividing a nanosecond epoch
+                # (_tlocaltime / 1000000) as doubles lands a hair below the integer, and a
+                # cast to TIMESTAMP a millisecond early; the quotient's integer part is exact
+                whole = f"CAST(({left.sql} DIV {right.sql}) AS DOUBLE)"
+                return Typed(f"({whole} + CAST(({left.sql} % {right.sql}) AS DOUBLE) / {right.sql})", "float", agg)
             return Typed(f"(CAST({left.sql} AS DOUBLE) / {right.sql})", "float", agg)
         if op in ("&", "|"):
             return Typed(f"(CAST({left.sql} AS BIGINT) {op} CAST({right.sql} AS BIGINT))", "int", agg)
