@@ -277,6 +277,23 @@ def test_where_filters_on_result_columns(session: Session, harness: StreamHarnes
     assert len(output(session, "select * from out")) == 3  # the table has every window
 
 
+def test_a_new_headless_run_continues_where_the_last_one_stopped(
+    session: Session, warehouse: Warehouse, receiver: Receiver
+) -> None:
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        f"create stream s interval(10s) sliding(10s) from a notify('{receiver.url}') on (window_close) "
+        "into out as select _twstart, sum(v) s from %%trows;"
+        f"insert into a values ({T}, 1, 0) ({T + 10000}, 2, 0) ({T + 20000}, 3, 0)"
+    )
+    # each `tdstream run --until-idle` is a new process: a new harness without sensor cursors
+    assert StreamHarness(warehouse, timezone="UTC").run_until_idle().failures == []
+    session.execute(f"insert into a values ({T + 30000}, 4, 0) ({T + 40000}, 5, 0)")
+    assert StreamHarness(warehouse, timezone="UTC").run_until_idle().failures == []
+    assert [e["result"]["s"] for e in receiver.events("s")] == [1, 2, 3, 4]  # each window once
+    assert output(session, "select * from out") == [(T + k * 10000, k + 1) for k in range(4)]
+
+
 def test_notify_history_on_and_off(session: Session, harness: StreamHarness, receiver: Receiver) -> None:
     session.execute(
         SCHEMA + "create table a using st tags (1);"

@@ -108,6 +108,10 @@ def build_trigger_sensor(
         if isinstance(stream, SkipReason):
             return stream
         cursor = TriggerCursor.load(context.cursor)
+        if not context.cursor:
+            # a sensor without a cursor (a new headless run, a reset sensor) continues from the
+            # stream's checkpointed progress: starting over would fire every window again
+            cursor = TriggerCursor(warehouse.catalog.latest_checkpoint_offset(stream.key))
         if cursor.offset is None and stream.fills_history and stream.trigger_table is not None:
             cursor, waiting = _history(context, warehouse, stream, cursor, partitions)
             if waiting is not None:
