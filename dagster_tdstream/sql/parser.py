@@ -8,13 +8,16 @@ Semantic rules (units, ranges, option combinations, catalog lookups) are not che
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from ..errors import SqlSyntaxError
 from . import ast
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
+from .walk import depth
 
 T = TypeVar("T")
 
@@ -120,12 +123,44 @@ def parse_statement_text(part: StatementText, script: str) -> ast.Statement:
     return _Parser(part, script).statement()
 
 
+# Limits on expressions (docs/sql.md): Spark's own parser refuses trees about 250 deep, and
+# each nesting level costs the recursive-descent parser a dozen Python frames.
+MAX_EXPRESSION_DEPTH = 128
+MAX_NESTING = 32
+
+# TDengine's integer database options and their ranges (its CREATE DATABASE reference)
+_DATABASE_INT_OPTIONS: dict[str, tuple[int, int]] = {
+    "VGROUPS": (1, 1024),
+    "REPLICA": (1, 3),
+    "BUFFER": (3, 16384),
+    "PAGES": (64, 2**31 - 1),
+    "PAGESIZE": (1, 16384),
+    "CACHESIZE": (1, 65536),
+    "COMP": (0, 2),
+    "WAL_FSYNC_PERIOD": (0, 180000),
+    "WAL_LEVEL": (0, 2),
+    "WAL_RETENTION_PERIOD": (-1, 2**31 - 1),
+    "WAL_RETENTION_SIZE": (-1, 2**31 - 1),
+    "WAL_ROLL_PERIOD": (0, 2**31 - 1),
+    "WAL_SEGMENT_SIZE": (0, 2**31 - 1),
+    "MAXROWS": (200, 10000),
+    "MINROWS": (10, 1000),
+    "STT_TRIGGER": (1, 16),
+    "TABLE_PREFIX": (-256, 256),
+    "TABLE_SUFFIX": (-256, 256),
+    "TSDB_PAGESIZE": (1, 16384),
+    "SINGLE_STABLE": (0, 1),
+    "KEEP_TIME_OFFSET": (0, 23),
+}
+
+
 class _Parser:
     def __init__(self, part: StatementText, script: str) -> None:
         self.tokens = part.tokens
         self.script = script
         self.part = part
         self.i = 0
+        self.nesting = 0  # parentheses, function calls and prefix operators open around the current token
 
     # ------------------------------------------------------------------ token helpers
 
@@ -336,7 +371,19 @@ class _Parser:
                 keep = tuple(self.comma_list(self._keep_value))
                 options.append((key, ",".join(str(k) for k in keep)))
             else:
-                options.append((key, self._option_value()))
+                value_tok = self.peek()
+                value = self._option_value()
+                bounds = _DATABASE_INT_OPTIONS.get(key)
+                if bounds is not None:
+                    number = int(value) if re.fullmatch(r"-?\d+", value) else None
+                    if number is None or not bounds[0] <= number <= bounds[1]:
+                        raise self.fail_at(
+                            f"invalid value {value!r} for database option {key}; "
+                            f"expected an integer from {bounds[0]} to {bounds[1]}",
+                            value_tok,
+                        )
+                    value = str(number)
+                options.append((key, value))
         return ast.CreateDatabase(name, if_not_exists, precision, keep, tuple(options))
 
     def _keep_value(self) -> Duration:
@@ -997,7 +1044,32 @@ class _Parser:
     # ------------------------------------------------------------------ expressions
 
     def expression(self) -> ast.Expr:
-        return self.or_expr()
+        start = self.peek()
+        with self._nested(start):
+            expr = self.or_expr()
+        if self.nesting == 0 and depth(expr) > MAX_EXPRESSION_DEPTH:
+            raise self.fail_at(
+                f"expression is more than {MAX_EXPRESSION_DEPTH} levels deep "
+                "(each operator of a chain such as a + b + … is a level); split it",
+                start,
+            )
+        return expr
+
+    @contextmanager
+    def _nested(self, tok: Token) -> Iterator[None]:
+        """One more level of nesting; beyond ``MAX_NESTING`` the statement is refused rather
+        than recursing until Python's stack runs out."""
+        if self.nesting >= MAX_NESTING:
+            raise self.fail_at(
+                f"expression nested more than {MAX_NESTING} levels deep "
+                "(parentheses, function calls, NOT and sign prefixes)",
+                tok,
+            )
+        self.nesting += 1
+        try:
+            yield
+        finally:
+            self.nesting -= 1
 
     def or_expr(self) -> ast.Expr:
         left = self.and_expr()
@@ -1014,7 +1086,8 @@ class _Parser:
     def not_expr(self) -> ast.Expr:
         tok = self.accept_word("NOT")
         if tok is not None:
-            return ast.Unary("NOT", self.not_expr(), pos=self.pos(tok))
+            with self._nested(tok):
+                return ast.Unary("NOT", self.not_expr(), pos=self.pos(tok))
         return self.comparison()
 
     def comparison(self) -> ast.Expr:
@@ -1082,7 +1155,8 @@ class _Parser:
         tok = self.accept_op("-", "+", "~")
         if tok is None:
             return self.primary()
-        operand = self.unary()
+        with self._nested(tok):
+            operand = self.unary()
         if tok.text == "-" and isinstance(operand, ast.Literal) and operand.kind in ("int", "float"):
             return ast.Literal(-operand.value, operand.kind, pos=self.pos(tok))  # type: ignore[operator]
         if tok.text == "+":
@@ -1236,7 +1310,9 @@ def _fold_nanos(expr: ast.Expr) -> int:
     if isinstance(expr, ast.Literal) and expr.kind == "int":
         return int(expr.value) * NANOS_PER_UNIT["a"]  # type: ignore[call-overload]
     if isinstance(expr, ast.Literal) and expr.kind == "float":
-        raise TimeValueError(f"fractional duration {expr.value} is not allowed; use a smaller unit")
+        raise TimeValueError(
+            f"a duration is an integer and a unit, such as 10s or 1500a; {expr.value} is not (use a smaller unit)"
+        )
     if isinstance(expr, ast.Binary) and expr.op in ("+", "-"):
         left, right = _fold_nanos(expr.left), _fold_nanos(expr.right)
         return left + right if expr.op == "+" else left - right

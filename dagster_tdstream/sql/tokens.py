@@ -66,6 +66,7 @@ class Token:
 _CODE_TOKEN = re.compile(
     r"""
     (?P<ws>\s+)
+  | (?P<exponent>(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d+(?![a-zA-Z]))
   | (?P<duration>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?[a-zA-Z]+\b)
   | (?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<placeholder>%%\w+)
@@ -133,6 +134,7 @@ def tokenize(text: str) -> list[Token]:
                     {
                         "duration": Kind.DURATION,
                         "number": Kind.NUMBER,
+                        "exponent": Kind.NUMBER,  # 1e-10: a number, not 1 with the unit e
                         "placeholder": Kind.PLACEHOLDER,
                         "ident": Kind.IDENT,
                         "op": Kind.OP,

@@ -43,6 +43,17 @@ def walk(expr: ast.Expr) -> Iterator[ast.Expr]:
         stack.extend(reversed(children(node)))
 
 
+def depth(expr: ast.Expr) -> int:
+    """The number of levels of the tree (a literal: 1), without recursion."""
+    deepest = 0
+    stack = [(expr, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack += [(child, level + 1) for child in children(node)]
+    return deepest
+
+
 def conjuncts(expr: ast.Expr | None) -> Iterator[ast.Expr]:
     """The terms a condition ANDs together (``a AND (b AND c)`` → a, b, c); none for None."""
     stack = [expr] if expr is not None else []

@@ -86,10 +86,19 @@ def system_table(warehouse: Warehouse, name: str, db: str | None = None) -> pa.T
 
 def _databases(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     return [
-        [d.name, d.created_at, int(d.options.get("VGROUPS", "2")), d.precision, d.options.get("KEEP")]
+        [d.name, d.created_at, _integer(d.options.get("VGROUPS", "2")), d.precision, d.options.get("KEEP")]
         for d in warehouse.catalog.list_databases()
         if db is None or d.name == db
     ]
+
+
+def _integer(text: str) -> int | None:
+    """An option stored before options were checked at CREATE shows as NULL: one bad row
+    must not break the view for everyone."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _dbs(warehouse: Warehouse, db: str | None) -> list[str]:

@@ -27,7 +27,9 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "INT UNSIGNED": (0, 2**32 - 1),
     # Delta has no unsigned types; BIGINT UNSIGNED is stored as int64 and so limited to 2^63-1.
     "BIGINT UNSIGNED": (0, 2**63 - 1),
+    "TIMESTAMP": (-(2**63), 2**63 - 1),  # int64 counts of the precision
 }
+_FLOAT_LIMITS = {"FLOAT": float(np.finfo(np.float32).max), "DOUBLE": float(np.finfo(np.float64).max)}
 
 _ARROW: dict[str, pa.DataType] = {
     "TIMESTAMP": pa.int64(),
@@ -53,7 +55,16 @@ _ARROW: dict[str, pa.DataType] = {
 }
 
 STRING_TYPES = ("BINARY", "VARCHAR", "NCHAR", "JSON")
-INTEGER_TYPES = tuple(_INT_RANGES)
+INTEGER_TYPES = tuple(name for name in _INT_RANGES if name != "TIMESTAMP")
+
+
+def value_range(dtype: DataType) -> tuple[float, float] | None:
+    """The smallest and largest value a numeric (or TIMESTAMP) column holds; None for others."""
+    if dtype.name in _INT_RANGES:
+        return _INT_RANGES[dtype.name]
+    if dtype.name in _FLOAT_LIMITS:
+        return -_FLOAT_LIMITS[dtype.name], _FLOAT_LIMITS[dtype.name]
+    return None
 
 
 def arrow_type(dtype: DataType) -> pa.DataType:
@@ -109,11 +120,13 @@ def coerce(value: Any, dtype: DataType, column: str) -> Any:
     if value is None:
         return None
     name = dtype.name
-    if name in _INT_RANGES or name == "TIMESTAMP":
+    if name in _INT_RANGES:
         if isinstance(value, bool):
             value = int(value)
         if isinstance(value, float):
-            if (not math.isfinite(value) or value != int(value)) and name == "TIMESTAMP":
+            if not math.isfinite(value):
+                raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
+            if value != int(value) and name == "TIMESTAMP":
                 raise ValueTypeError(f"column {column} (TIMESTAMP) needs an integer, got {value}")
             value = int(value)
         if isinstance(value, str):
@@ -123,20 +136,26 @@ def coerce(value: Any, dtype: DataType, column: str) -> Any:
                 raise ValueTypeError(f"column {column} ({dtype}) needs an integer, got {value!r}") from None
         if not isinstance(value, int):
             raise ValueTypeError(f"column {column} ({dtype}) needs an integer, got {value!r}")
-        if name != "TIMESTAMP":
-            low, high = _INT_RANGES[name]
-            if not low <= value <= high:
-                raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
+        low, high = _INT_RANGES[name]
+        if not low <= value <= high:
+            raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
         return value
-    if name in ("FLOAT", "DOUBLE"):
-        if isinstance(value, int | float):  # bool included: true is 1.0
-            return float(value)
+    if name in _FLOAT_LIMITS:
         if isinstance(value, str):
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 raise ValueTypeError(f"column {column} ({dtype}) needs a number, got {value!r}") from None
-        raise ValueTypeError(f"column {column} ({dtype}) needs a number, got {value!r}")
+        if not isinstance(value, int | float):  # bool included: true is 1.0
+            raise ValueTypeError(f"column {column} ({dtype}) needs a number, got {value!r}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any double
+            number = math.inf
+        # NaN and infinities are not values TDengine stores; nor is a FLOAT beyond float32
+        if not math.isfinite(number) or abs(number) > _FLOAT_LIMITS[name]:
+            raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
+        return number
     if name == "BOOL":
         if isinstance(value, bool):
             return value

@@ -225,46 +225,27 @@ class Warehouse:
         by_storage: dict[tuple[str, str], list[WriteBatch]] = {}
         for batch in batches:
             by_storage.setdefault((batch.table.db, batch.table.storage_name), []).append(batch)
+        # every table's rows become Arrow before the first commit: a value Arrow refuses
+        # rejects the whole statement, not the tables after the ones already committed
+        prepared = [(db, storage, group, *_storage_rows(group)) for (db, storage), group in by_storage.items()]
         total = 0
         merged_any = False
         versions: dict[str, int] = {}
-        for (db, storage), group in by_storage.items():
-            rows, merged, version = self._write_storage(db, storage, group)
-            total += rows
-            merged_any |= merged
+        for db, storage, group, table, batch_min, batch_max in prepared:
+            first = group[0].table
+            watermarks = self._watermarks(db, storage, list(batch_max), first.primary_key, first.kind == "child")
+            needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
+            keys = ("tbname", first.primary_key) if first.kind == "child" else (first.primary_key,)
+            if needs_merge:
+                version = self.delta.upsert(db, storage, table, keys)
+            else:
+                version = self.delta.append(db, storage, table)
+            new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
+            self.catalog.record_writes(db, storage, new_marks, version)
+            total += table.num_rows
+            merged_any |= needs_merge
             versions[f"{db}.{storage}"] = version
         return WriteResult(total, merged_any, versions)
-
-    def _write_storage(self, db: str, storage: str, group: list[WriteBatch]) -> tuple[int, bool, int]:
-        first = group[0].table
-        columns = first.columns
-        is_super = first.kind == "child"
-        # TDengine update semantics inside one statement too: the last row for a key wins.
-        # Plain Python, not pandas: a NULL would turn an int64 column into floats and lose
-        # nanosecond timestamps.
-        latest: dict[tuple[str, int], Sequence[Any]] = {}
-        for batch in group:
-            for row in batch.rows:
-                latest[(batch.table.name, row[0])] = row
-        batch_min: dict[str, int] = {}
-        batch_max: dict[str, int] = {}
-        for name, ts in latest:
-            batch_min[name] = min(ts, batch_min.get(name, ts))
-            batch_max[name] = max(ts, batch_max.get(name, ts))
-        rows = list(latest.values())
-        arrays = {
-            col.name: pa.array([row[i] for row in rows], type=arrow_type(col.type)) for i, col in enumerate(columns)
-        }
-        if is_super:
-            arrays = {"tbname": pa.array([name for name, _ in latest], pa.string()), **arrays}
-        table = pa.table(arrays, schema=arrow_schema(columns, with_tbname=is_super))
-        watermarks = self._watermarks(db, storage, list(batch_max), first.primary_key, is_super)
-        needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
-        keys = ("tbname", first.primary_key) if is_super else (first.primary_key,)
-        version = self.delta.upsert(db, storage, table, keys) if needs_merge else self.delta.append(db, storage, table)
-        new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
-        self.catalog.record_writes(db, storage, new_marks, version)
-        return table.num_rows, needs_merge, version
 
     def _replace(self, table: TableInfo, batches: Sequence[WriteBatch], replace_where: str) -> WriteResult:
         storage = table.storage_name
@@ -378,3 +359,28 @@ def tags_arrow(children: Sequence[TableInfo], tags: tuple[ColumnDef, ...]) -> pa
 
 def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def _storage_rows(group: list[WriteBatch]) -> tuple[pa.Table, dict[str, int], dict[str, int]]:
+    """One physical table's rows of a write as Arrow, with each table name's smallest and
+    largest timestamp."""
+    first = group[0].table
+    columns = first.columns
+    is_super = first.kind == "child"
+    # TDengine update semantics inside one statement too: the last row for a key wins.
+    # Plain Python, not pandas: a NULL would turn an int64 column into floats and lose
+    # nanosecond timestamps.
+    latest: dict[tuple[str, int], Sequence[Any]] = {}
+    for batch in group:
+        for row in batch.rows:
+            latest[(batch.table.name, row[0])] = row
+    batch_min: dict[str, int] = {}
+    batch_max: dict[str, int] = {}
+    for name, ts in latest:
+        batch_min[name] = min(ts, batch_min.get(name, ts))
+        batch_max[name] = max(ts, batch_max.get(name, ts))
+    rows = list(latest.values())
+    arrays = {col.name: pa.array([row[i] for row in rows], type=arrow_type(col.type)) for i, col in enumerate(columns)}
+    if is_super:
+        arrays = {"tbname": pa.array([name for name, _ in latest], pa.string()), **arrays}
+    return pa.table(arrays, schema=arrow_schema(columns, with_tbname=is_super)), batch_min, batch_max
