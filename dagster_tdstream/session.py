@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .compute.spark import LazySpark
 from .errors import CatalogError, QueryError, StreamValidationError, TDStreamError, WriteRejectedError
@@ -642,9 +643,18 @@ def to_result_table(arrow: pa.Table, columns: tuple[OutputColumn, ...], precisio
     for i, col in enumerate(columns):
         array = arrow.column(i)
         if col.is_timestamp:
-            array = array.cast(pa.int64()).cast(pa.timestamp(precision, tz="UTC"))
+            array = _epochs(array).cast(pa.timestamp(precision, tz="UTC"))
         arrays.append(array)
     return pa.table(arrays, names=[c.name for c in columns]) if arrays else pa.table({})
+
+
+def _epochs(array: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A timestamp column's values as int64 epochs; arithmetic in doubles (``now - 1e20``)
+    can leave the 64-bit range, and such a value is NULL rather than a failed query."""
+    if not pa.types.is_floating(array.type):
+        return array.cast(pa.int64())
+    fits = pc.and_(pc.is_finite(array), pc.less(pc.abs(array), 2.0**63))
+    return pc.if_else(fits, array, pa.scalar(None, array.type)).cast(pa.int64(), safe=False)
 
 
 def _table_result(columns: list[str], rows: list[list[Any]], timestamps: set[str] | None = None) -> Result:

@@ -147,6 +147,17 @@ def test_integer_division_is_exact_beyond_double_precision(session: Session) -> 
     assert second[0] == -7e-06 and second[2] == -3.5 and second[3] is None
 
 
+def test_fill_over_a_stray_row_years_away_is_refused_not_run_out_of_memory(session: Session) -> None:
+    session.execute("create database q; use q; create table t (ts timestamp, v int);")
+    session.execute("insert into t values (1000, 1) (1700000000000, 3)")  # 53 years of 10 s windows
+    with pytest.raises(QueryError, match="FILL would produce more than 1000000 windows in one group"):
+        session.query("select _wstart, avg(v) from t interval(10s) fill(prev)")
+    narrowed = session.query("select _wstart, avg(v) from t where ts < 30000 interval(10s) fill(prev)")
+    assert [row[1] for row in narrowed.rows] == [1.0, 1.0, 1.0]
+    # a timestamp computed beyond 64 bits is NULL rather than a failed query
+    assert session.query("select now - 1e20, v from t where ts = 1000").rows == [(None, 1)]
+
+
 def test_query_errors_name_the_position_and_alternatives(session: Session) -> None:
     session.execute(METERS)
     with pytest.raises(QueryError) as info:

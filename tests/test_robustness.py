@@ -7,7 +7,8 @@ import pytest
 
 from dagster_tdstream import Session, Warehouse
 from dagster_tdstream.errors import TDStreamError
-from dagster_tdstream.sql.parser import MAX_EXPRESSION_DEPTH, MAX_NESTING, parse_statement
+from dagster_tdstream.sql.limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
+from dagster_tdstream.sql.parser import parse_statement
 
 from .test_storage import rows
 
@@ -71,6 +72,7 @@ def test_out_of_range_values_are_rejected_and_change_nothing(
         ("v between -1e309 and 1e309", 1),
         ("v not between 0 and 99999999999", 0),
         ("ts < 99999999999999999999", 1),
+        ("v in (1, '1')", 1),  # a number written as a string
     ],
 )
 def test_delete_with_a_value_beyond_the_column_type(
@@ -80,6 +82,14 @@ def test_delete_with_a_value_beyond_the_column_type(
     (result,) = sql_session.execute(f"delete from c1 where {condition}")
     assert result.affected == deleted
     assert len(rows(warehouse, "st")) == 1 - deleted
+
+
+def test_delete_comparing_a_number_column_with_text_is_rejected(sql_session: Session, warehouse: Warehouse) -> None:
+    sql_session.execute(SCHEMA)
+    with pytest.raises(TDStreamError, match=r"column a \(INT\) compares with numbers, not 'x'") as error:
+        sql_session.execute("delete from nt where a in (1, 'x')")
+    assert (error.value.line, error.value.column) == (1, 31)
+    assert len(rows(warehouse, "nt")) == 1
 
 
 @pytest.mark.parametrize("value", ["1.5", "'abc'", "-1", "0", "1025"])

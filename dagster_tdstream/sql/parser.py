@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from ..errors import SqlSyntaxError
 from . import ast
+from .limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
 from .walk import depth
@@ -122,11 +123,6 @@ def parse_statement(sql: str) -> ast.Statement:
 def parse_statement_text(part: StatementText, script: str) -> ast.Statement:
     return _Parser(part, script).statement()
 
-
-# Limits on expressions (docs/sql.md): Spark's own parser refuses trees about 250 deep, and
-# each nesting level costs the recursive-descent parser a dozen Python frames.
-MAX_EXPRESSION_DEPTH = 128
-MAX_NESTING = 32
 
 # TDengine's integer database options and their ranges (its CREATE DATABASE reference)
 _DATABASE_INT_OPTIONS: dict[str, tuple[int, int]] = {

@@ -8,6 +8,8 @@ with a clear message rather than silently ignored.
 
 from __future__ import annotations
 
+import re
+
 from ..errors import WriteRejectedError
 from ..sql import ast
 from ..sql.constants import ConstantContext, evaluate
@@ -54,10 +56,16 @@ def delete_predicate(where: ast.Expr, info: TableInfo, ctx: ConstantContext) -> 
             return "'" + result.replace("'", "''") + "'"
         return repr(result) if isinstance(result, float) else str(result)
 
-    def compare(name: str, col: ast.ColumnDef | None, op: str, result: object) -> str:
+    def compare(name: str, col: ast.ColumnDef | None, op: str, result: object, expr: ast.Expr) -> str:
         """``name op value``; a number the column's type cannot hold (beyond its range, or
         not finite) is decided here — delta-rs would fail casting it to the column's type."""
         bounds = value_range(col.type) if col is not None else None
+        if bounds is not None and isinstance(result, str):
+            try:  # a numeric column compares with a number written as a string
+                result = float(result) if re.search(r"[.eE]|inf|nan", result, re.IGNORECASE) else int(result)
+            except ValueError:
+                assert col is not None
+                raise _reject(f"column {col.name} ({col.type}) compares with numbers, not {result!r}", expr) from None
         if bounds is not None and isinstance(result, int | float) and not isinstance(result, bool):
             low, high = bounds
             if result != result:  # NaN: no comparison holds
@@ -76,21 +84,21 @@ def delete_predicate(where: ast.Expr, info: TableInfo, ctx: ConstantContext) -> 
         if isinstance(expr, ast.Binary) and expr.op in _COMPARISONS:
             left, right = column(expr.left), column(expr.right)
             if left is not None and right is None:
-                return compare(left[0], left[1], expr.op, value(expr.right, left[1]))
+                return compare(left[0], left[1], expr.op, value(expr.right, left[1]), expr.right)
             if right is not None and left is None:
-                return compare(right[0], right[1], _FLIPPED[expr.op], value(expr.left, right[1]))
+                return compare(right[0], right[1], _FLIPPED[expr.op], value(expr.left, right[1]), expr.left)
             if left is not None and right is not None:
                 return f"({left[0]} {expr.op} {right[0]})"
         if isinstance(expr, ast.Between):
             col = column(expr.operand)
             if col is not None:
-                low = compare(col[0], col[1], ">=", value(expr.low, col[1]))
-                high = compare(col[0], col[1], "<=", value(expr.high, col[1]))
+                low = compare(col[0], col[1], ">=", value(expr.low, col[1]), expr.low)
+                high = compare(col[0], col[1], "<=", value(expr.high, col[1]), expr.high)
                 return f"(NOT ({low} AND {high}))" if expr.negated else f"({low} AND {high})"
         if isinstance(expr, ast.InList):
             col = column(expr.operand)
             if col is not None:
-                items = " OR ".join(compare(col[0], col[1], "=", value(item, col[1])) for item in expr.items)
+                items = " OR ".join(compare(col[0], col[1], "=", value(item, col[1]), item) for item in expr.items)
                 return f"(NOT ({items}))" if expr.negated else f"({items})"
         if isinstance(expr, ast.IsNull):
             col = column(expr.operand)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..limits import LIMITS
+
 NUMERIC = ("int", "float")
 STRING = ("string",)
 ANY = ("int", "float", "string", "bool", "ts", "other")
@@ -191,4 +193,6 @@ def sql_support_markdown() -> str:
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(SERIES_FUNCTIONS.items())]
     lines += ["", "## Other", "", "| function | computes |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(OTHER.items())]
+    lines += ["", "## Limits", "", "Beyond them a statement is refused with its position.", ""]
+    lines += ["| limit | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in LIMITS.items())]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ import itertools
 from ...triggers.replay import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
 from ...triggers.windows import IntervalSpec
 from .. import ast
+from ..limits import MAX_FILL_WINDOWS
 from ..timeunits import TimeValueError
 from .functions import NUMERIC
 from .render import Renderer
@@ -74,7 +75,17 @@ def filled_windows(
             last = f"max({spec.floor_sql('__twe - 1')})"
     group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
     bounds = f"SELECT {key_list}{first} AS __lo, {last} AS __hi FROM __agg{group_by}"
-    grid = f"SELECT {key_list}explode(sequence(__lo, __hi, CAST({step} AS BIGINT))) AS __w FROM ({bounds}) __b"
+    # a grid beyond MAX_FILL_WINDOWS fails the query with a message instead of exhausting
+    # the shared Spark server's memory (a stray row years away from the others would)
+    too_many = (
+        f"raise_error('FILL would produce more than {MAX_FILL_WINDOWS} windows in one group: "
+        "narrow the time range with WHERE ts >= ... AND ts < ...')"
+    )
+    sequence = (
+        f"CASE WHEN (__hi - __lo) / CAST({step} AS BIGINT) >= {MAX_FILL_WINDOWS} THEN {too_many} "
+        f"ELSE sequence(__lo, __hi, CAST({step} AS BIGINT)) END"
+    )
+    grid = f"SELECT {key_list}explode({sequence}) AS __w FROM ({bounds}) __b"
     if window.interval.is_calendar:
         grid = f"SELECT {key_list}{render.month_start('__w')} AS __w FROM ({grid}) __m"
     # the grid left-joined to the aggregated windows, each column filled by the mode
