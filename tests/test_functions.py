@@ -173,6 +173,10 @@ def test_time_series_functions(session: Session) -> None:
     assert rows("select ts, v, csum(v) from a") == [(0, 5, 5), (2000, 3, 8), (3000, 8, 16)]
     assert rows("select ts, mavg(f, 2) from a") == [(1000, 1.5), (3000, 3.0)]
     assert rows("select ts, diff(v) from a where v > 3") == [(3000, 3)]
+    # a repeated item is computed once and output each time (hundreds of copies plan in time)
+    repeated = [(1000, None, None, None, None), (2000, -2, -2, 3, 3), (3000, 5, 5, 8, 8)]
+    assert rows("select ts, diff(v), diff(v), v, v from a") == repeated
+    assert len(output(session, "select " + "v, " * 200 + "tail(v, 2), ts from a")) == 2
     by_table = output(session, "select tbname, diff(v) from st partition by tbname")
     assert by_table == [("a", None), ("a", -2), ("a", 5), ("z", 1)]  # per child table, each without its first row
     with pytest.raises(QueryError, match=r"diff\(\) must be a select item of its own"):
