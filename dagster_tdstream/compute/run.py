@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 
 from ..errors import QueryError
+from ..faults import failpoint
 from ..sql import ast
 from ..sql.translate import SourceTable, StreamScope, TranslationContext, translate_select
 from ..sql.walk import all_expressions
@@ -125,6 +126,7 @@ def compute_triggers(
     if not computable:
         result = pa.table({**{f"__c{i}": pa.array([], pa.int64()) for i in range(len(translated.columns))},
                            "__tid": pa.array([], pa.int64())})  # fmt: skip
+    failpoint("before-output-commit")
     outcome = write_results(
         warehouse,
         stream,
@@ -135,6 +137,7 @@ def compute_triggers(
         replace_range=replace_range,
         retract=retract,
     )
+    failpoint("after-output-commit")
     return RunOutcome(
         len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables, results
     )

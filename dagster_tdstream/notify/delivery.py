@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 import websocket
 
+from ..faults import failpoint
 from ..storage.catalog import Notification
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
@@ -108,6 +109,7 @@ def deliver(
         messages = pack([(_short(n.stream), n.event) for n in batch], settings.message_bytes)
         try:
             send(url, [m.text for m in messages], settings)
+            failpoint("notification-sent")
         except DeliveryError as exc:
             _failed(warehouse, batch, names, str(exc), settings, now_ms(), report)
             continue

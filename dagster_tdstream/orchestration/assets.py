@@ -27,6 +27,7 @@ from dagster import (
 
 from ..compute.bulk import derive_windows
 from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
+from ..faults import failpoint
 from ..notify.events import notification_events
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
@@ -141,6 +142,7 @@ def _compute(
         # the outbox rows go in with the triggers' completion: both or neither
         events = notification_events(stream, pending, outcome.results, history=False, source="q")
         warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
+        failpoint("after-triggers-finished")
         metadata = {MODE_TAG: TRIGGERS_MODE, "tdstream/notifications": len(events)}
     elif context.run.tags.get(MODE_TAG) == HISTORY_MODE:
         # FILL_HISTORY: every window of the data up to the offset, derived in bulk; the

@@ -1,0 +1,22 @@
+"""Failpoints: the moments a fault test kills the process, to prove a crash there loses and
+repeats nothing.
+
+Owns only the check. ``TDSTREAM_FAILPOINT`` names one point; when execution reaches it the
+process SIGKILLs itself — no cleanup, no finally blocks, as a power cut. Unset (always, outside
+fault tests) a failpoint is one environment lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+FAILPOINT_ENV = "TDSTREAM_FAILPOINT"
+# the points, in the order a run passes them
+FAILPOINTS = ("before-output-commit", "after-output-commit", "after-triggers-finished", "notification-sent")
+
+
+def failpoint(name: str) -> None:
+    assert name in FAILPOINTS, name
+    if os.environ.get(FAILPOINT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
