@@ -204,7 +204,7 @@ def write_results(
         for i in timestamps:
             if row[i] is not None and not isinstance(row[i], int):
                 row[i] = int(row[i])
-        row = [coerce(v, c.type, c.name) for v, c in zip(row, info.columns, strict=True)]
+        row = [coerce(v, c.type, c.name, computed=True) for v, c in zip(row, info.columns, strict=True)]
         child = _child_for(warehouse, stream, info, groups[tid], children, new_children)
         rows_by_child.setdefault(child.name, []).append(tuple(row))
     batches = [WriteBatch(children.get(child) or info, rows) for child, rows in rows_by_child.items()]

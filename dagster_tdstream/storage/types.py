@@ -115,8 +115,10 @@ class ValueTypeError(ValueError):
     """A value does not fit a column's type; the caller adds the statement position."""
 
 
-def coerce(value: Any, dtype: DataType, column: str) -> Any:
-    """A Python value (already evaluated: timestamps as ints) converted to ``dtype``."""
+def coerce(value: Any, dtype: DataType, column: str, *, computed: bool = False) -> Any:
+    """A Python value (already evaluated: timestamps as ints) converted to ``dtype``.
+    ``computed``: a stream's result rather than a written value — a float its arithmetic
+    produced (NaN from ``sqrt(-1)``, an infinity) is kept as the result it is."""
     if value is None:
         return None
     name = dtype.name
@@ -153,6 +155,8 @@ def coerce(value: Any, dtype: DataType, column: str) -> Any:
         except OverflowError:  # an integer beyond any double
             number = math.inf
         # NaN and infinities are not values TDengine stores; nor is a FLOAT beyond float32
+        if computed:
+            return number
         if not math.isfinite(number) or abs(number) > _FLOAT_LIMITS[name]:
             raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
         return number
