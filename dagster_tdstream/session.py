@@ -78,6 +78,7 @@ class Session:
         spark: LazySpark | Any = None,
         clock: Callable[[], int] = time.time_ns,
         control: StreamControl | None = None,
+        query_timeout: float | None = None,
     ) -> None:
         self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
         self.control = control
@@ -85,6 +86,7 @@ class Session:
         self.timezone = resolve_timezone(timezone)
         self.spark = spark if isinstance(spark, LazySpark) else LazySpark(session=spark, warehouse=self.warehouse.uri)
         self.clock = clock
+        self.query_timeout = query_timeout  # seconds a SELECT may run before it is cancelled
         self._view_counter = 0
 
     # ------------------------------------------------------------------ entry points
@@ -489,7 +491,7 @@ class Session:
         try:
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
             translated = translate_select(stmt.select, ctx)
-            arrow = run_query(views, translated)
+            arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
         finally:
             views.close()
         table = to_result_table(arrow, translated.columns, translated.precision)

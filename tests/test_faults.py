@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,8 @@ import pytest
 from dagster_tdstream import Session, Warehouse
 from dagster_tdstream.faults import FAILPOINT_ENV, FAILPOINTS
 
-from .conftest import output
-from .test_notifications import SCHEMA, Receiver, T
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
+from .conftest import Receiver, output
+from .test_notifications import SCHEMA, T
 
 
 def headless_run(warehouse: Warehouse, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:

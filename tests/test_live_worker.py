@@ -9,13 +9,17 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import patch
 
 import pytest
-from dagster import AssetKey, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+from dagster._core.events import DagsterEvent, DagsterEventType
+from dagster._core.storage.dagster_run import DagsterRun
 
 from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.errors import CatalogError
 from dagster_tdstream.orchestration import worker as worker_module
+from dagster_tdstream.orchestration.live import live_request
 from dagster_tdstream.orchestration.tags import LIVE_TAG, STREAM_TAG
 from dagster_tdstream.orchestration.translator import DagsterTDStreamTranslator
 from dagster_tdstream.orchestration.worker import WORKER, WORKER_OP, build_live_worker, worker_run_id
@@ -167,3 +171,29 @@ def test_the_keeper_sensor_starts_one_worker_while_a_stream_needs_it(
     worker.stop(run_id)
     again = tick()
     assert isinstance(again, RunRequest) and again.run_key == f"{WORKER}:live:1"
+
+
+def test_only_live_runs_that_fail_soon_after_starting_stop_the_restarts() -> None:
+    instance = DagsterInstance.ephemeral()
+
+    def live_run(run_id: str, seconds: float) -> None:
+        """A finished, failed live run of the worker that lived ``seconds``."""
+        instance.add_run(
+            DagsterRun(job_name=WORKER, run_id=run_id, status=DagsterRunStatus.NOT_STARTED, tags={LIVE_TAG: WORKER})
+        )
+        instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_START.value, job_name=WORKER), run_id)
+        record = instance.get_run_record_by_id(run_id)
+        assert record is not None and record.start_time is not None
+        # the run storage takes the end time from the failure event's timestamp
+        with patch("time.time", return_value=record.start_time + seconds):
+            instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_FAILURE.value, job_name=WORKER), run_id)
+
+    live_run("served-an-hour", 3600)  # then the daemon shut down: replaced, not counted
+    for n in range(2):
+        live_run(f"crash-{n}", 1)
+    assert isinstance(live_request(instance, WORKER, {}, job_name=WORKER), RunRequest)
+    live_run("crash-2", 1)
+    refused = live_request(instance, WORKER, {}, job_name=WORKER)
+    assert isinstance(refused, SkipReason) and "failed 3 times in a row within 60 s of starting" in str(
+        refused.skip_message
+    )

@@ -12,12 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pytest
 import websocket
 from websockets.sync.server import ServerConnection, serve
 
@@ -27,55 +25,10 @@ from dagster_tdstream.notify.events import json_value
 from dagster_tdstream.notify.messages import pack
 from dagster_tdstream.orchestration.notifications import TDStreamNotifier
 
-from .conftest import free_port, output
+from .conftest import Receiver, free_port, output
 
 T = 1700000000000
 SCHEMA = "create database d; use d; create stable st (ts timestamp, v int, w int) tags (g int);"
-
-
-class Receiver:
-    """A WebSocket server on 127.0.0.1 that keeps every message; it can be stopped and
-    started again on the same port."""
-
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"ws://127.0.0.1:{self.port}/notify"
-        self.messages: list[dict[str, Any]] = []
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def _handle(self, connection: ServerConnection) -> None:
-        for message in connection:
-            self.messages.append(json.loads(message))
-
-    def start(self) -> None:
-        self._server = serve(self._handle, "127.0.0.1", self.port)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        assert self._thread is not None
-        self._thread.join(timeout=10)
-
-    def settle(self) -> None:
-        """Wait (at most 5 s) until the handler threads have taken every message: delivery
-        ends with the close handshake, which the server's reader answers before its handler
-        thread has necessarily appended the messages it read."""
-        deadline, seen = time.monotonic() + 5, -1
-        while seen != len(self.messages) and time.monotonic() < deadline:
-            seen = len(self.messages)
-            time.sleep(0.15)
-
-    def events(self, stream: str | None = None) -> list[dict[str, Any]]:
-        self.settle()
-        return [
-            event
-            for message in self.messages
-            for entry in message["streams"]
-            if stream is None or entry["streamName"] == stream
-            for event in entry["events"]
-        ]
 
 
 class DroppingReceiver:
@@ -136,14 +89,6 @@ class DroppingReceiver:
         self._stop.set()
         self._thread.join(timeout=10)
         self._listener.close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def _fields(events: list[dict[str, Any]], *names: str) -> list[tuple[Any, ...]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC
 
 import pyarrow as pa
@@ -156,6 +157,18 @@ def test_fill_over_a_stray_row_years_away_is_refused_not_run_out_of_memory(sessi
     assert [row[1] for row in narrowed.rows] == [1.0, 1.0, 1.0]
     # a timestamp computed beyond 64 bits is NULL rather than a failed query
     assert session.query("select now - 1e20, v from t where ts = 1000").rows == [(None, 1)]
+
+
+def test_a_query_past_its_timeout_is_cancelled_and_the_session_goes_on(warehouse: object, spark: object) -> None:
+    session = Session(warehouse, timezone="UTC", spark=spark, query_timeout=1.0)
+    session.execute("create database q; use q; create table t (ts timestamp, v int);")
+    session.execute("insert into t values (0, 1) (999000, 2)")
+    started = time.monotonic()
+    with pytest.raises(QueryError, match=r"query cancelled after 1 s \(the query timeout\)"):
+        # 999,001 windows of 1 ms, each filled: seconds of Spark work
+        session.query("select _wstart, last(v) from t interval(1a) fill(prev) order by _wstart desc")
+    assert time.monotonic() - started < 30
+    assert session.query("select count(*) from t").rows == [(2,)]  # the server and the session are still up
 
 
 def test_query_errors_name_the_position_and_alternatives(session: Session) -> None:

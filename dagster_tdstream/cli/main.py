@@ -40,7 +40,13 @@ def _guarded(debug: bool, action: Callable[[], Any]) -> Any:
         _fail(exc, debug)
 
 
-def _session(warehouse: str | None, metadata_url: str | None, database: str | None, timezone: str | None) -> Any:
+def _session(
+    warehouse: str | None,
+    metadata_url: str | None,
+    database: str | None,
+    timezone: str | None,
+    query_timeout: float | None = None,
+) -> Any:
     """A SQL session on the warehouse; when a Dagster serves it (recorded by its code location,
     or named by DAGSTER_HOME / TDSTREAM_DAGSTER_URL), stream statements take effect there."""
     from ..orchestration.control import DagsterLink, DagsterStreamControl
@@ -50,7 +56,7 @@ def _session(warehouse: str | None, metadata_url: str | None, database: str | No
     opened = Warehouse(warehouse, metadata_url=metadata_url)
     link = DagsterLink.recorded(opened)
     control = DagsterStreamControl(link) if link is not None else None
-    return Session(opened, database=database, timezone=timezone, control=control)
+    return Session(opened, database=database, timezone=timezone, control=control, query_timeout=query_timeout)
 
 
 @click.group()
@@ -66,6 +72,13 @@ _timezone = click.option(
     "--timezone", envvar=TIMEZONE_ENV, default=None, help="Session time zone (IANA name; default: local)."
 )
 _debug = click.option("--debug", is_flag=True, help="Show tracebacks.")
+_query_timeout = click.option(
+    "--query-timeout",
+    envvar="TDSTREAM_QUERY_TIMEOUT",
+    type=float,
+    default=None,
+    help="Cancel a SELECT running longer than this many seconds (Ctrl-C cancels one too).",
+)
 
 
 @main.command()
@@ -76,6 +89,7 @@ _debug = click.option("--debug", is_flag=True, help="Show tracebacks.")
 @_warehouse
 @_metadata
 @_timezone
+@_query_timeout
 @_debug
 def sql(
     statements: str | None,
@@ -85,6 +99,7 @@ def sql(
     warehouse: str | None,
     metadata_url: str | None,
     timezone: str | None,
+    query_timeout: float | None,
     debug: bool,
 ) -> None:
     """Run SQL statements ("STMT; STMT; …" or -f file.sql) against the warehouse."""
@@ -93,7 +108,7 @@ def sql(
     script = statements if statements is not None else Path(file).read_text()  # type: ignore[arg-type]
 
     def run() -> None:
-        session = _session(warehouse, metadata_url, database, timezone)
+        session = _session(warehouse, metadata_url, database, timezone, query_timeout)
         for result in session.iter_execute(script):
             if result.table is None:
                 if fmt != "json":
@@ -148,6 +163,7 @@ def listen(host: str, port: int, count: int | None, seconds: float | None, raw: 
 @_warehouse
 @_metadata
 @_timezone
+@_query_timeout
 @_debug
 def shell(
     database: str | None,
@@ -155,12 +171,13 @@ def shell(
     warehouse: str | None,
     metadata_url: str | None,
     timezone: str | None,
+    query_timeout: float | None,
     debug: bool,
 ) -> None:
     """An interactive SQL prompt: statements end with ';', 'source FILE' runs a file, 'quit' leaves."""
     from .shell import Shell, interactive_reader, lines_from
 
-    session = _guarded(debug, lambda: _session(warehouse, metadata_url, database, timezone))
+    session = _guarded(debug, lambda: _session(warehouse, metadata_url, database, timezone, query_timeout))
     interactive = sys.stdin.isatty()
     if interactive:
         click.echo("tdstream shell — statements end with ';', 'help' for commands, 'quit' to leave.")

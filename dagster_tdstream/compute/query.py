@@ -12,6 +12,8 @@ errors become QueryErrors without a JVM stack.
 
 from __future__ import annotations
 
+import threading
+import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
@@ -29,8 +31,17 @@ from .bulk import time_ordered
 WINDOW_COLUMNS = (("__qid", pa.int64()), ("__qw", pa.int64()), ("__qwe", pa.int64()))
 
 
-def run_query(views: SparkViews, translated: TranslatedQuery) -> pa.Table:
-    """The query's result as an Arrow table (row-window views registered in ``views``)."""
+def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds: float | None = None) -> pa.Table:
+    """The query's result as an Arrow table (row-window views registered in ``views``).
+    Past ``timeout_seconds``, or on Ctrl-C, its Spark jobs are interrupted (the server and the
+    session stay up) and a QueryError says so."""
+    spark = views.spark
+    tag = f"tdstream-query-{uuid.uuid4().hex}"
+    spark.addTag(tag)  # the jobs of this query only: other clients of the server run on
+    timer = threading.Timer(timeout_seconds, spark.interruptTag, [tag]) if timeout_seconds else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
         for plan in translated.row_windows:
             views.register_as(_labelled(views, plan), plan.view)
@@ -41,9 +52,18 @@ def run_query(views: SparkViews, translated: TranslatedQuery) -> pa.Table:
         return views.sql(sql).toArrow()
     except QueryError:
         raise
+    except KeyboardInterrupt:
+        spark.interruptTag(tag)
+        raise QueryError("query cancelled (Ctrl-C)") from None
     except Exception as exc:
+        if timer is not None and timer.finished.is_set():
+            raise QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)") from None
         lines = str(exc).strip().splitlines()
         raise QueryError(f"query failed in Spark: {lines[0] if lines else type(exc).__name__}") from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+        spark.removeTag(tag)
 
 
 def _labelled(views: SparkViews, plan: RowWindowPlan) -> Any:

@@ -52,6 +52,9 @@ from .tags import ACTIVE_STATUSES, FAILED_STATUSES, LIVE_MODE, LIVE_TAG, MODE_TA
 POLL_SECONDS = 0.2
 LIVE_RUN_SECONDS = 3600.0  # a live run hands over to a fresh one after this (bounded loop)
 MAX_LIVE_FAILURES = 3
+# a live run that failed this soon after it started is a crash loop; one that served longer
+# and then ended badly (the daemon shut down, the machine rebooted) is replaced without counting
+CRASH_LOOP_SECONDS = 60.0
 
 
 def is_live(stream: StreamDefinition) -> bool:
@@ -69,20 +72,23 @@ def live_request(
 ) -> RunRequest | SkipReason:
     """The live run to start for ``served`` (a low-latency stream's asset, or the shared
     worker's job: ``request`` says which), or why none is needed: one is queued or running
-    already, or the last ones failed (then the reason names the last)."""
+    already, or the last ones failed soon after starting (then the reason names the last)."""
     active = active_live_run(instance, served)
     if active is not None:
         return SkipReason(f"{served} is computed live by run {active.run_id}")
-    runs = list(instance.get_runs(filters=RunsFilter(tags={LIVE_TAG: served}), limit=MAX_LIVE_FAILURES))
+    records = instance.get_run_records(filters=RunsFilter(tags={LIVE_TAG: served}), limit=MAX_LIVE_FAILURES)
     failed = 0
-    for run in runs:  # newest first: the failures since the last live run that ended well
-        if run.status not in FAILED_STATUSES:
+    for record in records:  # newest first: the crashes since the last live run that served
+        if record.dagster_run.status not in FAILED_STATUSES:
+            break
+        started, ended = record.start_time, record.end_time
+        if started is not None and ended is not None and ended - started >= CRASH_LOOP_SECONDS:
             break
         failed += 1
     if failed >= MAX_LIVE_FAILURES:
         return SkipReason(
-            f"{served}: its live run failed {failed} times in a row (last: run {runs[0].run_id}); "
-            "fix the cause, then rerun that run"
+            f"{served}: its live run failed {failed} times in a row within {CRASH_LOOP_SECONDS:g} s of starting "
+            f"(last: run {records[0].dagster_run.run_id}); fix the cause, then rerun that run"
         )
     # the number of earlier live runs makes the key new for each launch, and the same for a
     # tick evaluated twice
