@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagster_tdstream.sql import ast
+from dagster_tdstream.sql.intervals import IntervalSpec
 from dagster_tdstream.sql.parser import parse_statement
 from dagster_tdstream.sql.timeunits import resolve_timezone
 from dagster_tdstream.triggers.engine import (
@@ -36,7 +37,6 @@ from dagster_tdstream.triggers.rows import (
 )
 from dagster_tdstream.triggers.sliding import PointSpec, SlidingPointTrigger
 from dagster_tdstream.triggers.tick import _rederive
-from dagster_tdstream.triggers.windows import IntervalSpec
 
 
 def _condition(sql: str) -> ast.Expr:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from dagster_tdstream.sql.intervals import IntervalSpec
 from dagster_tdstream.triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_OPEN, Change, GroupState, WindowTrigger
-from dagster_tdstream.triggers.windows import IntervalSpec
 
 SPECS = [IntervalSpec(10, 10), IntervalSpec(10, 5, 2), IntervalSpec(30, 10, 7), IntervalSpec(7, 3, 1)]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .windows import IntervalSpec
+from ..sql.intervals import IntervalSpec
 
 MAX_DELAY = "MAX_DELAY"  # an open window computed because MAX_DELAY passed (processing time)
 WINDOW_OPEN = "WINDOW_OPEN"

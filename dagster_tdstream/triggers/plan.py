@@ -9,6 +9,7 @@ computing something else.
 from __future__ import annotations
 
 from ..sql import ast
+from ..sql.intervals import IntervalSpec
 from ..sql.timeunits import resolve_timezone
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
@@ -17,7 +18,6 @@ from .period import PeriodTrigger, cron_schedules
 from .replay import Admission
 from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
 from .sliding import PointSpec, SlidingPointTrigger
-from .windows import IntervalSpec
 
 Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger | PeriodTrigger
 

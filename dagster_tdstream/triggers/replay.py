@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..sql import ast
+from ..sql.rowwindows import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
 from ..sql.walk import walk
 from .conditions import holds
 from .engine import Change, Fired, GroupState, WindowTrigger
@@ -81,23 +82,6 @@ def replay(
         ordered = [row if isinstance(row, Change) else Change(row.ts, row.kind) for row in ordered]
     fired = trigger.advance(state, ordered)
     return fired, state
-
-
-QueryRowWindow = ast.SessionWindow | ast.StateWindow | ast.EventWindow | ast.CountWindow
-# the values a query computes for its row window, one column each, named for the trigger
-STATE_VALUE = "__state"
-
-
-def start_flag(index: int) -> str:
-    return f"__start{index}"
-
-
-def end_flag(index: int) -> str:
-    return f"__end{index}"
-
-
-def counted_value(index: int) -> str:
-    return f"__counted{index}"
 
 
 def query_window_trigger(window: QueryRowWindow, gap: int | None, true_for: int | None) -> RowWindowTrigger:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from ...errors import QueryError
-from ...triggers.replay import QueryRowWindow
 from .. import ast
+from ..rowwindows import QueryRowWindow
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import itertools
 
-from ...triggers.replay import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
-from ...triggers.windows import IntervalSpec
 from .. import ast
+from ..intervals import IntervalSpec
 from ..limits import MAX_FILL_WINDOWS
+from ..rowwindows import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
 from ..timeunits import TimeValueError
 from .functions import NUMERIC
 from .render import Renderer

@@ -1,4 +1,4 @@
-"""INTERVAL/SLIDING window arithmetic (see the package docstring).
+"""INTERVAL/SLIDING window arithmetic: one definition for queries and stream triggers.
 
 A window is ``[start, start + interval)`` with ``start = k * sliding + offset``; a row at
 ``ts`` belongs to every window whose range contains it (several when SLIDING < INTERVAL).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sql.timeunits import Duration
+from .timeunits import Duration
 
 
 @dataclass(frozen=True)
