@@ -36,6 +36,7 @@ from .storage.streamcheck import check_stream_against_catalog
 from .storage.system import SYSTEM_DB, stream_progress
 from .storage.types import ValueTypeError, coerce, display_length
 from .storage.warehouse import Warehouse, WriteBatch
+from .triggers.plan import not_built
 
 
 class StreamControl(Protocol):
@@ -526,6 +527,8 @@ class Session:
         compute is rejected now, with its position, instead of at the first trigger."""
         from .compute.run import check_stream_query
 
+        if not_built(stmt):
+            return  # accepted, and reported by SHOW STREAMS as Failed with what is missing
         info = StreamInfo(db, name, stmt.text, "Running", 0, start_offset, self.timezone.key)
         check_stream_query(self.warehouse, resolve_stream(self.warehouse, info), self.timezone)
 

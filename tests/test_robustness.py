@@ -144,3 +144,18 @@ def test_durations_are_an_integer_and_a_unit(duration: str) -> None:
             f"create stream s interval({duration}) sliding(1s) from st into o as select _twstart, count(*) from %%trows"
         )
     assert (error.value.line, error.value.column) == (1, 26)
+
+
+def test_a_state_window_over_a_constant_is_refused_and_over_an_expression_reported_not_built(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA)
+    tail = "from c1 into o as select _twstart, count(*) from %%trows"
+    with pytest.raises(
+        TDStreamError, match="STATE_WINDOW needs a column of the trigger table, not a constant"
+    ) as error:
+        sql_session.execute(f"create stream s state_window(now - 1e20) {tail}")
+    assert (error.value.line, error.value.column) == (1, 34)  # the expression's operator
+    # an expression of columns: accepted, and SHOW STREAMS says what is not built (no crash)
+    sql_session.execute(f"create stream s state_window(v + 1) {tail}")
+    assert [s.key for s in warehouse.catalog.list_streams()] == ["d.s"]

@@ -105,6 +105,8 @@ def _validate_trigger(trigger: ast.Trigger, pos: ast.Pos) -> None:
             _check_units(trigger.true_for, tuple(NANOS_PER_UNIT), "TRUE_FOR", pos)
         if isinstance(trigger, ast.StateTrigger) and isinstance(trigger.expr, ast.Cast):
             raise _fail("CAST is not supported in the column of a STATE_WINDOW trigger", trigger.expr.pos)
+        if isinstance(trigger, ast.StateTrigger) and not any(isinstance(e, ast.Column) for e in walk(trigger.expr)):
+            raise _fail("STATE_WINDOW needs a column of the trigger table, not a constant", trigger.expr.pos)
     elif isinstance(trigger, ast.CountTrigger):
         if not 1 <= trigger.count <= _MAX_COUNT:
             raise _fail(f"COUNT_WINDOW count must be between 1 and {_MAX_COUNT}, got {trigger.count}", pos)

@@ -28,6 +28,8 @@ def not_built(stmt: ast.CreateStream) -> list[str]:
     trigger = stmt.trigger
     if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
         missing.append("calendar INTERVAL units (n, y) in triggers")
+    if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column):
+        missing.append("STATE_WINDOW over an expression")
     return missing
 
 
@@ -81,8 +83,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         "delete_recalc": delete_recalc,
     }
     if isinstance(trigger, ast.StateTrigger):
-        if not isinstance(trigger.expr, ast.Column):
-            raise TriggerNotBuiltError("not built yet: STATE_WINDOW over an expression")
+        assert isinstance(trigger.expr, ast.Column)  # not_built says so otherwise
         return StateTrigger(**common, column=trigger.expr.name.lower())
     if isinstance(trigger, ast.SessionTrigger):
         return SessionTrigger(**common, gap=trigger.gap.in_precision(precision))
