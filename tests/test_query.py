@@ -160,15 +160,17 @@ def test_fill_over_a_stray_row_years_away_is_refused_not_run_out_of_memory(sessi
 
 
 def test_a_query_past_its_timeout_is_cancelled_and_the_session_goes_on(warehouse: object, spark: object) -> None:
-    session = Session(warehouse, timezone="UTC", spark=spark, query_timeout=1.0)
-    session.execute("create database q; use q; create table t (ts timestamp, v int);")
-    session.execute("insert into t values (0, 1) (999000, 2)")
+    session = Session(warehouse, timezone="UTC", spark=spark, query_timeout=0.5)
+    session.execute("create database q; use q; create stable st (ts timestamp, v int) tags (g int);")
+    for g in range(4):
+        session.execute(f"insert into c{g} using st tags ({g}) values (0, 1) (999000, 2)")
     started = time.monotonic()
-    with pytest.raises(QueryError, match=r"query cancelled after 1 s \(the query timeout\)"):
-        # 999,001 windows of 1 ms, each filled: seconds of Spark work
-        session.query("select _wstart, last(v) from t interval(1a) fill(prev) order by _wstart desc")
+    with pytest.raises(QueryError, match=r"query cancelled after 0.5 s \(the query timeout\)"):
+        # 4 groups of 999,001 windows of 1 ms, each filled: seconds of Spark work
+        session.query("select _wstart, last(v) from st partition by tbname interval(1a) fill(prev)")
     assert time.monotonic() - started < 30
-    assert session.query("select count(*) from t").rows == [(2,)]  # the server and the session are still up
+    session.query_timeout = None  # the server and the session are still up
+    assert session.query("select count(*) from st").rows == [(8,)]
 
 
 def test_query_errors_name_the_position_and_alternatives(session: Session) -> None:
