@@ -9,6 +9,7 @@ from dagster_tdstream import Session, Warehouse
 from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.sql.limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from dagster_tdstream.sql.parser import parse_statement
+from dagster_tdstream.testing.fuzz import snapshot
 
 from .test_storage import rows
 
@@ -17,16 +18,6 @@ SCHEMA = (
     "create table c1 using st tags (1); create table nt (ts timestamp, a int, b int);"
     "insert into c1 values (1000, 1, 1.5, 2.5) nt values (1000, 1, 1)"
 )
-
-
-def snapshot(warehouse: Warehouse) -> tuple[object, ...]:
-    """Everything a statement could change: every table's Delta version, rows and tags."""
-    tables = []
-    for db in warehouse.catalog.list_databases():
-        for info in warehouse.catalog.list_tables(db.name, ["super", "child", "normal"]):
-            version = warehouse.delta.version(db.name, info.storage_name) if info.kind != "child" else None
-            tables.append((db.name, info.name, info.kind, version, sorted(info.tag_values.items())))
-    return tuple(tables), tuple(db.name for db in warehouse.catalog.list_databases())
 
 
 @pytest.mark.parametrize(

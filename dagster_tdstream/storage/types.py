@@ -154,9 +154,9 @@ def coerce(value: Any, dtype: DataType, column: str, *, computed: bool = False) 
             number = float(value)
         except OverflowError:  # an integer beyond any double
             number = math.inf
-        # NaN and infinities are not values TDengine stores; nor is a FLOAT beyond float32
         if computed:
             return number
+        # NaN and infinities are not values TDengine stores; nor is a FLOAT beyond float32
         if not math.isfinite(number) or abs(number) > _FLOAT_LIMITS[name]:
             raise ValueTypeError(f"value {value} is out of range for column {column} ({dtype})")
         return number

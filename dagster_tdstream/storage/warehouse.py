@@ -227,7 +227,10 @@ class Warehouse:
             by_storage.setdefault((batch.table.db, batch.table.storage_name), []).append(batch)
         # every table's rows become Arrow before the first commit: a value Arrow refuses
         # rejects the whole statement, not the tables after the ones already committed
-        prepared = [(db, storage, group, *_storage_rows(group)) for (db, storage), group in by_storage.items()]
+        prepared = [
+            (db, storage, group, *_storage_rows(group, group[0].table.columns, group[0].table.kind == "child"))
+            for (db, storage), group in by_storage.items()
+        ]
         total = 0
         merged_any = False
         versions: dict[str, int] = {}
@@ -251,20 +254,9 @@ class Warehouse:
         storage = table.storage_name
         pk = table.primary_key
         is_super = table.kind in ("super", "child")
-        rows = [(batch.table.name, row) for batch in batches for row in batch.rows]
-        latest = {(name, row[0]): row for name, row in rows}
-        arrays = {
-            col.name: pa.array([row[i] for row in latest.values()], type=arrow_type(col.type))
-            for i, col in enumerate(table.columns)
-        }
-        if is_super:
-            arrays = {"tbname": pa.array([name for name, _ in latest], pa.string()), **arrays}
-        data = pa.table(arrays, schema=arrow_schema(table.columns, with_tbname=is_super))
+        data, _, marks = _storage_rows(batches, table.columns, is_super)
         keys = ("tbname", pk) if is_super else (pk,)
         version = self.delta.upsert(table.db, storage, data, keys, delete_unmatched=replace_where)
-        marks: dict[str, int] = {}
-        for name, ts in latest:
-            marks[name] = max(ts, marks.get(name, ts))
         current = self.catalog.write_state(table.db, storage, list(marks))
         merged = {name: max(ts, current.get(name, (ts, 0))[0]) for name, ts in marks.items()}
         self.catalog.record_writes(table.db, storage, merged, version)
@@ -361,12 +353,11 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _storage_rows(group: list[WriteBatch]) -> tuple[pa.Table, dict[str, int], dict[str, int]]:
-    """One physical table's rows of a write as Arrow, with each table name's smallest and
-    largest timestamp."""
-    first = group[0].table
-    columns = first.columns
-    is_super = first.kind == "child"
+def _storage_rows(
+    group: Sequence[WriteBatch], columns: tuple[ColumnDef, ...], is_super: bool
+) -> tuple[pa.Table, dict[str, int], dict[str, int]]:
+    """One physical table's rows of a write as Arrow (a super table's with ``tbname``), with
+    each table name's smallest and largest timestamp."""
     # TDengine update semantics inside one statement too: the last row for a key wins.
     # Plain Python, not pandas: a NULL would turn an int64 column into floats and lose
     # nanosecond timestamps.

@@ -201,10 +201,12 @@ def _advance_period(
             groups = [[]]
         per = PRECISIONS[stream.precision]
         identities = [(values, group_identity(warehouse, stream, values)) for values in groups]
-        for tick in ticks:
+        # a tick's neighbours on the grid: the ticks fired beside it, the grid only at the ends
+        before = [trigger.spec.before(ticks[0]), *ticks[:-1]]
+        after = [*ticks[1:], state.next_tick]
+        for tick, prev, following in zip(ticks, before, after, strict=True):
             latest = tick == ticks[-1]
-            detail = {"period": True, "local": tick, "prev": trigger.spec.before(tick)}
-            detail["next"] = trigger.spec.after(tick)
+            detail = {"period": True, "local": tick, "prev": prev, "next": following}
             detail.update({"from": first, "to": end} if latest else {"from": first, "to": first - 1})
             for values, group_id in identities:
                 count = counts.get(json.dumps(values, default=str), (values, 0))[1] if latest else 0

@@ -61,7 +61,7 @@ def series_query(
         sql, condition, all_null = _series_function(expr, render, over, partition)
         items.append((sql, alias, OutputColumn(name, False, "other")))
         keep += [condition] if condition else []
-        drop_when_all_null += [alias] if all_null else []
+        drop_when_all_null += [sql] if all_null else []
     where = render.condition(select.where) if select.where is not None else None
     # each distinct expression once: Spark plans a window beside hundreds of aliases of one
     # column in time that grows much faster than the list (200 copies: 13 s for 20 rows)
@@ -81,8 +81,7 @@ def series_query(
     )
     conditions = [f"__k{i}" for i in range(len(keep))]
     if drop_when_all_null:
-        sql_of = {alias: sql for sql, alias, _ in items}
-        kept = dict.fromkeys(first_alias[sql_of[a]] for a in drop_when_all_null)
+        kept = dict.fromkeys(first_alias[sql] for sql in drop_when_all_null)
         conditions.append("(" + " OR ".join(f"{a} IS NOT NULL" for a in kept) + ")")
     order = [f"__p{i}" for i in range(len(partition))] + ["__ts"]
     if select.order_by:
