@@ -43,7 +43,7 @@ from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
 from .control import adopt_switch, switched_states
 from .live import is_live, live_request
-from .partitions import event_time_bounds, partition_key
+from .partitions import DAILY, HOURLY, event_time_bounds, partition_grain, partition_key
 from .resources import TDStreamSpark, TDStreamWarehouse
 from .tags import (
     ACTIVE_STATUSES,
@@ -60,6 +60,8 @@ from .tags import (
 from .worker import is_small, serves, worker_run_id
 
 MAX_ATTEMPTS = 3
+MAX_RUN_PARTITIONS = 400  # partitions one run of pending triggers may span (see _first_batch)
+_GRAIN_NANOS = {HOURLY: 3600 * 10**9, DAILY: 86400 * 10**9}
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,7 @@ def pending_runs(
     if active and not low_latency:
         return SkipReason(f"{len(pending)} trigger(s) wait for run {active[0].run_id}")
     running = {run.tags.get(BATCH_TAG) for run in active}
-    batches = [[t] for t in pending] if low_latency else [pending]
+    batches = [[t] for t in pending] if low_latency else [_first_batch(pending, stream)]
     requests, skipped = [], []
     for batch in batches:
         # the run key names the batch and the attempt: a retried tick launches nothing twice,
@@ -265,6 +267,23 @@ def pending_runs(
     if requests:
         return requests
     return SkipReason("; ".join(skipped) or f"{len(pending)} trigger(s) wait for their runs")
+
+
+def _first_batch(pending: list[dict[str, Any]], stream: StreamDefinition) -> list[dict[str, Any]]:
+    """The pending triggers the next run takes: in firing order, as long as their windows
+    stay within ``MAX_RUN_PARTITIONS`` partitions. A run's partition range is what Dagster
+    plans and records per partition; windows scattered over decades (history from 1940) would
+    make one run of tens of thousands of partitions. The rest go to the following runs."""
+    span = MAX_RUN_PARTITIONS * _GRAIN_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
+    low = high = None
+    for count, trigger in enumerate(pending):
+        if trigger["wstart"] is None:
+            continue
+        start = int(trigger["wstart"])
+        low, high = min(start, low if low is not None else start), max(start, high if high is not None else start)
+        if high - low > span:
+            return pending[: max(count, 1)]
+    return pending
 
 
 def recalculation_backfills(
