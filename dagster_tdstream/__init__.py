@@ -17,12 +17,14 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
         QueryError,
         SqlSyntaxError,
         StreamValidationError,
+        SubscriptionError,
         TDStreamError,
         WriteRejectedError,
     )
     from .orchestration.component import TDStreamComponent
     from .orchestration.definitions import TDStreamProject, build_definitions
     from .orchestration.resources import TDStreamSpark, TDStreamWarehouse
+    from .orchestration.subscriptions import subscription_rows, subscription_sensor
     from .orchestration.translator import DagsterTDStreamTranslator
     from .results import Result
     from .session import Session
@@ -39,6 +41,7 @@ _EXPORTS = {
     "SqlSyntaxError": ".errors",
     "StreamHarness": ".testing.harness",
     "StreamValidationError": ".errors",
+    "SubscriptionError": ".errors",
     "TDStreamComponent": ".orchestration.component",
     "TDStreamError": ".errors",
     "TDStreamProject": ".orchestration.definitions",
@@ -50,6 +53,8 @@ _EXPORTS = {
     "build_spark_session": ".compute.spark",
     "parse_script": ".sql.parser",
     "parse_statement": ".sql.parser",
+    "subscription_rows": ".orchestration.subscriptions",
+    "subscription_sensor": ".orchestration.subscriptions",
 }
 
 __all__ = [
@@ -61,6 +66,7 @@ __all__ = [
     "SqlSyntaxError",
     "StreamHarness",
     "StreamValidationError",
+    "SubscriptionError",
     "TDStreamComponent",
     "TDStreamError",
     "TDStreamProject",
@@ -72,6 +78,8 @@ __all__ = [
     "build_spark_session",
     "parse_script",
     "parse_statement",
+    "subscription_rows",
+    "subscription_sensor",
 ]
 
 

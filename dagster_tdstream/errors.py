@@ -67,3 +67,7 @@ class QueryError(TDStreamError):
 
 class SparkUnavailableError(TDStreamError):
     """The Spark endpoint cannot be reached, or the local Spark Connect server cannot start."""
+
+
+class SubscriptionError(TDStreamError):
+    """A subscription cannot continue: a missing table, or progress the WAL no longer holds."""

@@ -12,18 +12,30 @@ effect in a running Dagster.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compute.spark import LazySpark
-from .errors import CatalogError, QueryError, StreamValidationError, TDStreamError, WriteRejectedError
+from .errors import (
+    CatalogError,
+    QueryError,
+    StreamValidationError,
+    SubscriptionError,
+    TDStreamError,
+    WriteRejectedError,
+)
+from .families import continuous_query
 from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
+from .sql.dialect import DIALECTS, as_dialect
 from .sql.parser import parse_statement_text
 from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
@@ -37,6 +49,9 @@ from .storage.system import SYSTEM_DB, stream_progress
 from .storage.types import ValueTypeError, coerce, display_length
 from .storage.warehouse import Warehouse, WriteBatch
 from .triggers.plan import not_built
+
+if TYPE_CHECKING:
+    from .subscription.consumer import Subscription
 
 
 class StreamControl(Protocol):
@@ -80,7 +95,10 @@ class Session:
         clock: Callable[[], int] = time.time_ns,
         control: StreamControl | None = None,
         query_timeout: float | None = None,
+        dialect: str = "3.x",
     ) -> None:
+        if dialect not in DIALECTS:
+            raise QueryError(f"unknown SQL dialect {dialect!r}: expected one of {', '.join(DIALECTS)}")
         self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
         self.control = control
         self.database = normalize(database) if database else None
@@ -88,6 +106,7 @@ class Session:
         self.spark = spark if isinstance(spark, LazySpark) else LazySpark(session=spark, warehouse=self.warehouse.uri)
         self.clock = clock
         self.query_timeout = query_timeout  # seconds a SELECT may run before it is cancelled
+        self.dialect = dialect  # "2.x": INTERVAL queries lead with the window start, as the 2.x client shows
         self._view_counter = 0
 
     # ------------------------------------------------------------------ entry points
@@ -127,6 +146,45 @@ class Session:
         if not results:
             raise QueryError("no statement to run")
         return results[-1]
+
+    def subscribe(
+        self,
+        target: str,
+        *,
+        topic: str | None = None,
+        restart: bool = False,
+        start: str | int | None = None,
+        progress_file: str | Path | None = None,
+        progress_dir: str | Path | None = None,
+        interval_ms: int = 1000,
+    ) -> Subscription:
+        """Subscribe to a table (TDengine 2.x): ``target`` is a table name or ``SELECT * |
+        columns FROM t [WHERE …]``; ``start`` a time (string or epoch in the precision) before
+        which rows are not returned. The progress is the client's: in ``progress_file``, or
+        ``<progress_dir>/<topic>.json`` for a topic (``progress_dir`` defaults to
+        ``$TDSTREAM_SUBSCRIPTIONS`` or ``~/.tdstream/subscriptions``); ``restart`` ignores it."""
+        from .subscription.consumer import Subscription, subscription_spec
+
+        text = target.strip().rstrip(";")
+        if not re.match(r"(?i)select\b", text):
+            text = f"select * from {text}"
+        stmt = parse_statement_text(split_statements(text)[0], text)
+        if not isinstance(stmt, ast.Query) or not isinstance(stmt.select.source, ast.TableSource):
+            raise SubscriptionError(f"subscribe to a table or SELECT … FROM table, not {target!r}")
+        try:
+            table = self.table(stmt.select.source.table)
+        except CatalogError as exc:
+            raise SubscriptionError(f"cannot subscribe: {exc}") from None
+        ctx = self.constants(table.db)
+        begin = None if start is None else evaluate(_start_literal(start), ctx, timestamp=True)
+        spec = subscription_spec(stmt.select, table, ctx, int(begin) if begin is not None else None)  # type: ignore[call-overload]
+        path = Path(progress_file) if progress_file is not None else None
+        if path is None and topic is not None:
+            folder = (
+                progress_dir or os.environ.get("TDSTREAM_SUBSCRIPTIONS") or Path.home() / ".tdstream" / "subscriptions"
+            )
+            path = Path(folder) / f"{topic}.json"
+        return Subscription(self.warehouse, spec, progress_file=path, restart=restart, interval_ms=interval_ms)
 
     def check(self, sql: str) -> list[ast.Statement]:
         """Parse and validate without executing: CREATE STREAM is checked against the
@@ -290,13 +348,18 @@ class Session:
                 raise CatalogError(f"table {self.db_of(name)}.{normalize(name.name)} does not exist")
             if stmt.is_super and info.kind != "super":
                 raise CatalogError(f"{info.name} is not a super table: use DROP TABLE")
-            if not stmt.is_super and info.kind == "super":
+            if not stmt.is_super and info.kind == "super" and self.dialect != "2.x":
+                # 2.x dropped super tables with DROP TABLE too (DROP STABLE came later)
                 raise CatalogError(f"{info.name} is a super table: use DROP STABLE")
             infos.append(info)
         for info in infos:
             if info.kind == "child":
                 self._drop_output_tables_of(info)
             self.warehouse.drop_table(info)
+        stopped = continuous_query.stopped_by_drop(self, infos)
+        if stopped and self.control is not None:
+            notes = [self.control.stream_dropped(key) for key in stopped]
+            return Result(message="\n".join(["Drop OK", *notes]))
         return Result(message="Drop OK")
 
     def _drop_output_tables_of(self, child: TableInfo) -> None:
@@ -321,6 +384,43 @@ class Session:
             output = self.warehouse.find_table(stream.output[0], child_table_name(stream, group))
             if output is not None and output.kind == "child":
                 self.warehouse.drop_table(output)
+
+    def _exec_altertags(self, stmt: ast.AlterTags) -> Result:
+        info = self.table(stmt.table)
+        if info.kind != "super":
+            raise CatalogError(f"{info.name} is not a super table: only super tables have tag definitions")
+        names = {c.name for c in (*info.columns, *info.tags)}
+        if stmt.added is not None:
+            tag = dataclasses.replace(stmt.added, name=normalize(stmt.added.name))
+            if tag.name in names or tag.name == "tbname":
+                raise CatalogError(
+                    f"{info.name} already has a column or tag named {tag.name}",
+                    line=tag.pos.line or None,
+                    column=tag.pos.column or None,
+                )
+            tags = (*info.tags, tag)
+        else:
+            name = normalize(stmt.dropped or "")
+            if name not in {t.name for t in info.tags}:
+                raise CatalogError(f"super table {info.name} has no tag {name}")
+            if len(info.tags) == 1:
+                raise CatalogError(f"cannot drop {name}: a super table keeps at least one tag")
+            for stream in load_streams(self.warehouse):
+                table = stream.trigger_table
+                if (
+                    table is not None
+                    and (table.db, table.name) == (info.db, info.name)
+                    and name in stream.group_columns
+                ):
+                    raise CatalogError(f"cannot drop tag {name}: stream {stream.key} partitions by it")
+            tags = tuple(t for t in info.tags if t.name != name)
+        with self.warehouse.catalog.transaction() as conn:
+            self.warehouse.catalog.set_tags(conn, info.db, info.name, tags)
+            if stmt.dropped is not None:
+                for child in self.warehouse.catalog.child_tables(info.db, info.name, conn):
+                    values = {k: v for k, v in child.tag_values.items() if k != normalize(stmt.dropped)}
+                    self.warehouse.catalog.set_tag_values(conn, child.db, child.name, values)
+        return Result(message="Alter OK")
 
     def _exec_altertablesettags(self, stmt: ast.AlterTableSetTags) -> Result:
         info = self.table(stmt.table)
@@ -456,6 +556,8 @@ class Session:
             self.warehouse.database(db)
         if stmt.what == "STREAMS" and self.control is not None:
             self.control.reconcile(self.warehouse)
+        if stmt.what == "STREAMS" and self.dialect == "2.x" and stmt.like is None:
+            return continuous_query.show_streams_2x(self, db)  # type: ignore[arg-type]
         table = system_table(self.warehouse, name, db)
         if stmt.like is not None:
             import fnmatch
@@ -491,7 +593,7 @@ class Session:
         views = SparkViews(spark, self.warehouse, self.database)
         try:
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
-            translated = translate_select(stmt.select, ctx)
+            translated = translate_select(as_dialect(stmt.select, self.dialect), ctx)
             arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
         finally:
             views.close()
@@ -520,7 +622,13 @@ class Session:
         self._check_query_runs(stmt, db, name, start_offset)
         with self.warehouse.catalog.transaction() as conn:
             self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, self.timezone.key)
-        return self._told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
+        return self.told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
+
+    def _exec_createcontinuousquery(self, stmt: ast.CreateContinuousQuery) -> Result:
+        return continuous_query.create(self, stmt)
+
+    def _exec_killstream(self, stmt: ast.KillStream) -> Result:
+        return continuous_query.kill(self, stmt)
 
     def _check_query_runs(self, stmt: ast.CreateStream, db: str, name: str, start_offset: int) -> None:
         """The stream's query translated as its runs will translate it: what this build cannot
@@ -542,7 +650,7 @@ class Session:
         table = self.table(ast.QualifiedName(stmt.trigger_table.name, stmt.trigger_table.db or db))
         return self.warehouse.delta.version(table.db, table.storage_name) + 1
 
-    def _told(self, message: str, tell: Callable[[StreamControl], str]) -> Result:
+    def told(self, message: str, tell: Callable[[StreamControl], str]) -> Result:
         """The result of a committed stream statement, with what the orchestrator made of it."""
         if self.control is None:
             return Result(message=message)
@@ -561,14 +669,14 @@ class Session:
         if found is not None:
             with self.warehouse.catalog.transaction() as conn:
                 self.warehouse.catalog.drop_stream(conn, *found)
-            return self._told("Drop OK", lambda control: control.stream_dropped(".".join(found)))
+            return self.told("Drop OK", lambda control: control.stream_dropped(".".join(found)))
         return Result(message="Drop OK")
 
     def _exec_stopstream(self, stmt: ast.StopStream) -> Result:
         found = self._stream(stmt.name, stmt.if_exists)
         if found is not None:
             self.warehouse.catalog.set_stream_status(*found, "Stopped")
-            return self._told("Stop OK", lambda control: control.set_running(".".join(found), False))
+            return self.told("Stop OK", lambda control: control.set_running(".".join(found), False))
         return Result(message="Stop OK")
 
     def _exec_startstream(self, stmt: ast.StartStream) -> Result:
@@ -584,7 +692,7 @@ class Session:
                 if table is not None:
                     resume_from = self.warehouse.delta.version(table.db, table.storage_name) + 1
             self.warehouse.catalog.set_stream_status(*found, "Running", resume_from)
-            return self._told("Start OK", lambda control: control.set_running(".".join(found), True))
+            return self.told("Start OK", lambda control: control.set_running(".".join(found), True))
         return Result(message="Start OK")
 
     def _exec_recalculatestream(self, stmt: ast.RecalculateStream) -> Result:
@@ -592,10 +700,7 @@ class Session:
         assert found is not None
         info = self.warehouse.catalog.get_stream(*found)
         assert info is not None
-        from .sql.parser import parse_statement
-
-        stream = parse_statement(info.sql)
-        assert isinstance(stream, ast.CreateStream)
+        stream = resolve_stream(self.warehouse, info).stmt
         if isinstance(stream.trigger, ast.PeriodTrigger):
             raise StreamValidationError("RECALCULATE does not apply to PERIOD streams (they have no event time)")
         if isinstance(stream.trigger, ast.CountTrigger) and stmt.end is None:
@@ -623,6 +728,10 @@ class Session:
             )
         self.warehouse.catalog.request_recalculation(info.key, int(start), int(end))  # type: ignore[arg-type]
         return Result(message="Recalculate OK (a backfill of the stream's asset is launched on its next sensor tick)")
+
+
+def _start_literal(start: str | int) -> ast.Literal:
+    return ast.Literal(start, "int") if isinstance(start, int) else ast.Literal(str(start), "string")
 
 
 def _if_not_exists(stmt: ast.Statement) -> ast.Statement:

@@ -15,6 +15,7 @@ def test_public_surface() -> None:
         "SqlSyntaxError",
         "StreamHarness",
         "StreamValidationError",
+        "SubscriptionError",
         "TDStreamComponent",
         "TDStreamError",
         "TDStreamProject",
@@ -26,6 +27,8 @@ def test_public_surface() -> None:
         "build_spark_session",
         "parse_script",
         "parse_statement",
+        "subscription_rows",
+        "subscription_sensor",
     ]
     for name in dagster_tdstream.__all__:
         assert getattr(dagster_tdstream, name) is not None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -319,6 +321,66 @@ def _checker(setup: str | None, timezone: str | None) -> Callable[[str], None]:
         session.check(text)
 
     return check_with_catalog
+
+
+@main.command()
+@click.argument("table")
+@click.option("--from", "start", default=None, help="Only rows at or after this time ('2021-07-20 08:00:00' or epoch).")
+@click.option("--where", default=None, help="Only rows matching this condition (columns, tags, tbname).")
+@click.option("--interval", default=1000, show_default=True, help="Poll the table every MS milliseconds.")
+@click.option(
+    "--progress-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Keep the progress here: started again with it, the subscription resumes after the last row printed.",
+)
+@click.option("--restart", is_flag=True, help="Ignore the saved progress: start from the table's rows.")
+@click.option("--max-polls", type=int, default=None, help="Stop after this many polls (default: until Ctrl-C).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@_warehouse
+@_metadata
+@_timezone
+@_debug
+def subscribe(
+    table: str,
+    start: str | None,
+    where: str | None,
+    interval: int,
+    progress_file: str | None,
+    restart: bool,
+    max_polls: int | None,
+    fmt: str,
+    warehouse: str | None,
+    metadata_url: str | None,
+    timezone: str | None,
+    debug: bool,
+) -> None:
+    """Print the rows written to TABLE (db.table or a super table) as they arrive (TDengine
+    2.x subscription): first the rows it holds, then new and updated rows in commit order."""
+    from ..sql.timeunits import format_timestamp
+
+    def run() -> None:
+        session = _session(warehouse, metadata_url, None, timezone)
+        target = f"select * from {table}" + (f" where {where}" if where else "")
+        epoch = int(start) if start is not None and start.lstrip("-").isdigit() else start
+        sub = session.subscribe(target, start=epoch, progress_file=progress_file, restart=restart, interval_ms=interval)
+        info = sub.spec.table
+        precision = session.warehouse.database(info.db).precision
+        stamps = {c.name for c in (*info.columns, *info.tags) if c.type.name == "TIMESTAMP"}
+        polls = 0
+        while max_polls is None or polls < max_polls:
+            started = time.monotonic()
+            for row in sub.consume():
+                shown = {
+                    k: format_timestamp(v, precision, session.timezone) if k in stamps and v is not None else v
+                    for k, v in row.items()
+                }
+                click.echo(json.dumps(shown, default=str) if fmt == "json" else "\t".join(map(str, shown.values())))
+            polls += 1
+            if max_polls is None or polls < max_polls:
+                time.sleep(max(0.0, interval / 1000 - (time.monotonic() - started)))
+
+    _guarded(debug, run)
 
 
 main.add_command(spark_commands)

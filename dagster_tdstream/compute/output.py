@@ -23,7 +23,7 @@ from ..sql import ast
 from ..sql.translate import OutputColumn
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
-from ..storage.streamcheck import infer_result_type
+from ..storage.streamcheck import columns_for_types, infer_result_type
 from ..storage.types import coerce
 from ..storage.warehouse import Warehouse, WriteBatch
 
@@ -66,8 +66,6 @@ def output_columns(
     types as TDengine derives them where the statement tells, else from the computed data."""
     assert stream.stmt.query is not None
     names = list(stream.stmt.columns) or [c.name for c in columns]
-    from ..storage.streamcheck import columns_for_types
-
     cols = columns_for_types(source_types)
     defs = []
     for i, (name, column) in enumerate(zip(names, columns, strict=True)):
@@ -79,6 +77,34 @@ def output_columns(
             raise QueryError(f"the first result column {name} must be a timestamp, got {dtype}")
         defs.append(ast.ColumnDef(name.lower(), dtype))
     return tuple(defs)
+
+
+_KIND_TYPES = {
+    "ts": ast.DataType("TIMESTAMP"),
+    "int": ast.DataType("BIGINT"),
+    "float": ast.DataType("DOUBLE"),
+    "bool": ast.DataType("BOOL"),
+}
+
+
+def create_declared_output(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    columns: Sequence[OutputColumn],
+    source_types: dict[str, ast.DataType],
+) -> None:
+    """Create the output table before any result, from the statement alone (2.x creates a
+    continuous query's result table at once): types as TDengine derives them, else from the
+    translator's kind of each column (strings as VARCHAR(256))."""
+    db, name = stream.output  # type: ignore[misc]
+    assert stream.stmt.query is not None
+    cols = columns_for_types(source_types)
+    defs = []
+    for item, column in zip(stream.stmt.query.items, columns, strict=True):
+        dtype = infer_result_type(item.expr, cols) or _KIND_TYPES.get(column.kind, ast.DataType("VARCHAR", 256))
+        defs.append(ast.ColumnDef(column.name, dtype))
+    tags = output_tags(stream) if stream.stmt.partition_by else ()
+    warehouse.create_table(db, name, tuple(defs), tags, is_super=bool(tags), if_not_exists=True)
 
 
 def output_tags(stream: StreamDefinition) -> tuple[ast.ColumnDef, ...]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..errors import QueryError
 from ..faults import failpoint
 from ..sql import ast
-from ..sql.translate import SourceTable, StreamScope, TranslationContext, translate_select
+from ..sql.translate import OutputColumn, SourceTable, StreamScope, TranslationContext, translate_select
 from ..sql.walk import all_expressions
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
@@ -209,13 +209,14 @@ def stream_scope(
     )
 
 
-def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone: ZoneInfo) -> None:
+def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone: ZoneInfo) -> tuple[OutputColumn, ...]:
     """Translate the stream's query as its runs will, against the catalog alone (no Spark, no
     data): a function, clause or argument type the translator does not support is rejected
-    when the stream is created — with its name and position — not at its first trigger."""
+    when the stream is created — with its name and position — not at its first trigger.
+    Returns the query's result columns (none for notify-only streams)."""
     query = stream.stmt.query
     if query is None or not_built(stream.stmt):
-        return  # notify-only; or a stream that reports what is not built when it runs
+        return ()  # notify-only; or a stream that reports what is not built when it runs
 
     def resolve(name: ast.QualifiedName) -> SourceTable:
         db = (name.db or stream.db).lower()
@@ -230,7 +231,7 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     table = stream.trigger_table
     source = resolve(ast.QualifiedName(table.name, table.db)) if table is not None else None
     scope = stream_scope(stream, "__triggers", source)
-    translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope))
+    return translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope)).columns
 
 
 def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:

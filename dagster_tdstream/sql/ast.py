@@ -349,6 +349,15 @@ class AlterTableSetTags(Statement):
 
 
 @dataclass(frozen=True)
+class AlterTags(Statement):
+    """``ALTER {STABLE | TABLE} stb ADD TAG name type`` (``added``) or ``DROP TAG name``."""
+
+    table: QualifiedName
+    added: ColumnDef | None = None
+    dropped: str | None = None
+
+
+@dataclass(frozen=True)
 class Show(Statement):
     """SHOW DATABASES | STABLES | TABLES | STREAMS [in db] [LIKE pattern]."""
 
@@ -437,6 +446,12 @@ class StreamOption:
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 
+# not a 3.3.7 option (its parser refuses it): the older statement families whose windows close
+# by the wall clock (2.x continuous queries, the legacy FORCE_WINDOW_CLOSE) carry it in the
+# CREATE STREAM they are equivalent to
+FORCE_WINDOW_CLOSE = "FORCE_WINDOW_CLOSE"
+
+
 @dataclass(frozen=True)
 class Notification:
     urls: tuple[str, ...]
@@ -475,6 +490,24 @@ class CreateStream(Statement):
             if opt.name == name:
                 return opt
         return None
+
+
+@dataclass(frozen=True)
+class CreateContinuousQuery(Statement):
+    """TDengine 2.x: ``CREATE TABLE [IF NOT EXISTS] res AS SELECT … INTERVAL(i) [SLIDING(s)]``,
+    a continuous query writing each window into ``res`` once the window is over."""
+
+    table: QualifiedName
+    if_not_exists: bool
+    query: Select
+
+
+@dataclass(frozen=True)
+class KillStream(Statement):
+    """TDengine 2.x: ``KILL STREAM id`` stops a continuous query. 2.x ids are connection-bound
+    (``connId:streamId``); here a query is named by its result table, as SHOW STREAMS lists it."""
+
+    name: QualifiedName
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,7 @@ class _Parser:
             "START": self.start_stream,
             "STOP": self.stop_stream,
             "RECALCULATE": self.recalculate,
+            "KILL": self.kill_stream,
         }
         handler = handlers.get(word)
         if handler is None:
@@ -444,6 +445,8 @@ class _Parser:
         if not is_super and self.peek().is_word("USING"):
             self.i = start
             return self.create_child_tables()
+        if not is_super and self.accept_word("AS"):
+            return ast.CreateContinuousQuery(name, if_not_exists, self.select())
         columns = tuple(self.parenthesized(self.column_def))
         tags: tuple[ast.ColumnDef, ...] = ()
         if self.accept_word("TAGS"):
@@ -493,6 +496,10 @@ class _Parser:
             return ast.DropStream(self.qualified_name("a stream name"), if_exists)
         raise self.error("DATABASE, STABLE, TABLE or STREAM", tok)
 
+    def kill_stream(self) -> ast.KillStream:
+        self.expect_words("KILL", "STREAM")
+        return ast.KillStream(self.qualified_name("a continuous query's name (its result table)"))
+
     def use(self) -> ast.UseDatabase:
         self.expect_word("USE")
         return ast.UseDatabase(self.ident("a database name").name)
@@ -525,12 +532,16 @@ class _Parser:
         where = self.expression() if self.accept_word("WHERE") else None
         return ast.Delete(name, where)
 
-    def alter(self) -> ast.AlterTableSetTags:
+    def alter(self) -> ast.AlterTableSetTags | ast.AlterTags:
         self.expect_word("ALTER")
-        self.expect_word("TABLE")
+        self.expect_word("TABLE", "STABLE")
         name = self.qualified_name()
+        if self.accept_words("ADD", "TAG"):
+            return ast.AlterTags(name, added=self.column_def())
+        if self.accept_words("DROP", "TAG"):
+            return ast.AlterTags(name, dropped=self.ident("a tag name").name)
         if not self.accept_words("SET", "TAG"):
-            raise self.error("SET TAG name = value (the only ALTER TABLE form supported)")
+            raise self.error("SET TAG name = value, ADD TAG name type or DROP TAG name")
 
         def assignment() -> tuple[str, ast.Expr]:
             tag = self.ident("a tag name").name

@@ -416,6 +416,15 @@ class Catalog:
             .values(tag_values=json.dumps(values))
         )
 
+    def set_tags(self, conn: Connection, db: str, stable: str, tags: tuple[ColumnDef, ...]) -> None:
+        """A super table's tag definitions (ALTER … ADD/DROP TAG); children keep their values
+        by name, a new tag reads NULL until set."""
+        conn.execute(
+            update(tables_table)
+            .where(and_(tables_table.c.db == db, tables_table.c.name == stable))
+            .values(tags=json.dumps([type_to_json(c) for c in tags]))
+        )
+
     @staticmethod
     def _info(row: Any, parent: Any | None) -> TableInfo:
         source = parent if parent is not None else row
@@ -488,15 +497,24 @@ class Catalog:
     # ------------------------------------------------------------------ streams
 
     def add_stream(
-        self, conn: Connection, db: str, name: str, sql: str, start_offset: int, timezone: str | None = None
+        self,
+        conn: Connection,
+        db: str,
+        name: str,
+        sql: str,
+        start_offset: int,
+        timezone: str | None = None,
+        created_at: int | None = None,
     ) -> None:
+        """``created_at``: epoch ms by the creating session's clock (``now`` of a continuous
+        query's WHERE), the catalog's clock by default."""
         conn.execute(
             insert(streams_table).values(
                 db=db,
                 name=name,
                 sql=sql,
                 status="Running",
-                created_at=_now_ms(),
+                created_at=_now_ms() if created_at is None else created_at,
                 start_offset=start_offset,
                 timezone=timezone,
             )

@@ -12,6 +12,8 @@ from functools import cached_property
 
 from ..errors import CatalogError
 from ..sql import ast
+from ..sql.constants import ConstantContext
+from ..sql.continuous_query import equivalent_stream
 from ..sql.parser import parse_statement
 from ..sql.timeunits import parse_timestamp, resolve_timezone
 from .catalog import StreamInfo, TableInfo
@@ -27,6 +29,9 @@ class StreamDefinition:
     # the trigger table was dropped after the stream was created: TDengine keeps such a
     # stream (dropping a trigger table is "ignored"), it just has nothing to read
     trigger_missing: str | None = None
+    # how the user wrote it: a 3.3.7 ``stream`` or a 2.x ``continuous_query`` (``stmt`` is
+    # then the CREATE STREAM it is equivalent to)
+    family: str = "stream"
 
     @property
     def key(self) -> str:
@@ -72,21 +77,35 @@ class StreamDefinition:
 
 
 def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
-    stmt = parse_statement(info.sql)
-    if not isinstance(stmt, ast.CreateStream):  # pragma: no cover - the registry stores CREATE STREAM only
+    written = parse_statement(info.sql)
+    if not isinstance(written, ast.CreateStream | ast.CreateContinuousQuery):  # pragma: no cover
         raise CatalogError(f"registry entry {info.key} is not a CREATE STREAM statement")
+    named = written.trigger_table if isinstance(written, ast.CreateStream) else _source_of(written)
     trigger_table = None
     precision = warehouse.database(info.db).precision
     missing = None
-    if stmt.trigger_table is not None:
-        db = (stmt.trigger_table.db or info.db).lower()
-        name = stmt.trigger_table.name.lower()
+    if named is not None:
+        db = (named.db or info.db).lower()
+        name = named.name.lower()
         trigger_table = warehouse.find_table(db, name) if warehouse.catalog.get_database(db) else None
         if trigger_table is None:
             missing = f"{db}.{name}"
         else:
             precision = warehouse.database(db).precision
-    return StreamDefinition(info, stmt, trigger_table, precision, missing)
+    stmt, family = written, "stream"
+    if isinstance(written, ast.CreateContinuousQuery):
+        # a continuous query runs as the stream it is equivalent to; ``now`` in its WHERE is
+        # the moment it was created
+        ctx = ConstantContext(precision, resolve_timezone(info.timezone), info.created_at * 10**6)
+        keys = frozenset({"_c0", "_rowts", trigger_table.primary_key if trigger_table is not None else "ts"})
+        stmt, family = equivalent_stream(written, ctx, keys), "continuous_query"
+    return StreamDefinition(info, stmt, trigger_table, precision, missing, family)
+
+
+def _source_of(cq: ast.CreateContinuousQuery) -> ast.QualifiedName:
+    source = cq.query.source
+    assert isinstance(source, ast.TableSource)  # validate_continuous_query ran at CREATE
+    return source.table
 
 
 def load_streams(warehouse: Warehouse) -> list[StreamDefinition]:

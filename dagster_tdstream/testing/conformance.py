@@ -60,10 +60,68 @@ def run_directory(directory: Path, *, only: str | None = None, spark: Any = None
             continue
         results.append(run_case(case, spark=spark))
     if only is None:
-        for name, expect_valid in (("create_stream_statements.txt", True), ("invalid_statements.txt", False)):
-            if (directory / name).exists():
-                results.append(run_statement_file(directory / name, expect_valid=expect_valid))
+        for path in sorted(directory.glob("*statements.txt")):
+            expect_valid = "invalid" not in path.name
+            setup = path.with_name(path.name.replace("_statements.txt", "_setup.sql"))
+            if setup.exists():
+                results.append(run_statements_with_setup(path, setup, expect_valid=expect_valid, spark=spark))
+            else:
+                results.append(run_statement_file(path, expect_valid=expect_valid))
     return results
+
+
+def run_statements_with_setup(path: Path, setup: Path, *, expect_valid: bool, spark: Any = None) -> CaseResult:
+    """A statement file whose lines need state: each line runs in a fresh warehouse after the
+    setup block its ``_sources.tsv`` names, and must fail (invalid files) or succeed."""
+    started = time.monotonic()
+    blocks = setup_blocks(setup.read_text())
+    sources = path.with_name(path.name.replace(".txt", "_sources.tsv"))
+    block_of = _setup_block_column(sources) if sources.exists() else {}
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    wrong = []
+    for number, line in enumerate(lines, start=1):
+        block = blocks.get(block_of.get(number, ""), "")
+        with tempfile.TemporaryDirectory(prefix="tdstream-stmt-") as tmp:
+            warehouse = Warehouse(str(Path(tmp) / "warehouse"))
+            try:
+                session = Session(warehouse, spark=LazySpark(session=spark))
+                session.execute(block)
+                try:
+                    session.execute(line)
+                    accepted = True
+                except (TDStreamError, TimeValueError):
+                    accepted = False
+            finally:
+                warehouse.close()
+        if accepted != expect_valid:
+            wrong.append(number)
+    reason = ""
+    if wrong:
+        verb = "rejected" if expect_valid else "accepted"
+        reason = f"{len(wrong)} of {len(lines)} line(s) {verb}: lines {', '.join(map(str, wrong[:10]))}"
+    return CaseResult(f"statements:{path.name}", not wrong, reason, time.monotonic() - started)
+
+
+def setup_blocks(text: str) -> dict[str, str]:
+    """The blocks of a ``*_setup.sql`` file, by the name of their ``-- [block: name]`` line."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = re.match(r"\s*--\s*\[block:\s*([^\]]+)\]", line)
+        if header:
+            current = blocks.setdefault(header.group(1).strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in blocks.items()}
+
+
+def _setup_block_column(path: Path) -> dict[int, str]:
+    rows = [line.split("\t") for line in path.read_text().splitlines()]
+    header, body = rows[0], rows[1:]
+    if "setup_block" not in header:
+        return {}
+    line_at, block_at = header.index("line"), header.index("setup_block")
+    return {int(row[line_at]): row[block_at] for row in body if len(row) > block_at and row[line_at].isdigit()}
 
 
 def run_statement_file(path: Path, *, expect_valid: bool) -> CaseResult:
@@ -102,18 +160,24 @@ def run_case(case: dict[str, Any], *, spark: Any = None) -> CaseResult:
 
 def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
     timezone = case.get("timezone")
+    expected = case.get("expected", [])
+    history: dict[str, list[list[Any]]] = {}  # query → rows at its latest check (unchanged_cells)
     warehouse = Warehouse(str(tmp / "warehouse"))
     try:
-        session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark))
+        session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case))
         harness = StreamHarness(warehouse, timezone=timezone)
+        now_ms = time.time_ns() // 10**6  # <NOW>: the client clock, captured once at test start
         for sql in case.get("setup_sql", []):
-            _execute(session, sql, "setup")
+            for statement in expand(sql, now_ms):
+                _execute(session, statement, "setup")
         for sql in case.get("stream_sql", []):
-            _execute(session, sql, "stream")
+            _execute(session, _with_now(sql, now_ms), "stream")
+        for check in expected:
+            if check.get("after_phase") == "setup":
+                _check(session, check, history)
         missing = sorted({m for stream in load_streams(warehouse) for m in not_built(stream.stmt)})
         if missing:
             raise CaseFailed("not built yet: " + ", ".join(missing))
-        expected = case.get("expected", [])
         streams = load_streams(warehouse)
         delays = [
             opt.duration.nanos / 1e9
@@ -124,9 +188,15 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         # PERIOD ticks are processing time too: let at least one tick pass after each phase
         delays += [s.stmt.trigger.period.nanos / 1e9 for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)]
         delay = max(delays) + 1 if delays else 0
+        subscriptions = Subscriptions(session)
         for phase in case.get("data_sql", []):
             for sql in phase.get("sql", []):
-                _execute(session, sql, phase.get("phase", "data"))
+                api = re.match(r"\s*--\s*api:\s*(.+)$", sql, re.S)
+                if api:
+                    subscriptions.call(api.group(1).strip())
+                    continue
+                for statement in expand(sql, now_ms):
+                    _execute(session, statement, phase.get("phase", "data"))
             if "generator" in phase:
                 for sql in generated_inserts(phase["generator"]):
                     _execute(session, sql, phase.get("phase", "data"))
@@ -140,7 +210,10 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                 raise CaseFailed(f"after phase {phase.get('phase')}: {report.failures[0]}")
             for check in expected:
                 if check.get("after_phase") == phase.get("phase"):
-                    _check(session, check)
+                    if check.get("query", "").startswith("rows returned by the last sub.consume()"):
+                        _check_rows(subscriptions.last_rows(), check, "after " + str(phase.get("phase")))
+                    else:
+                        _check(session, check, history)
     finally:
         warehouse.close()
 
@@ -152,7 +225,102 @@ def _execute(session: Session, sql: str, where: str) -> None:
         raise CaseFailed(f"{where} statement failed: {exc} [{sql.strip()[:120]}]") from None
 
 
-def _check(session: Session, check: dict[str, Any]) -> None:
+class Subscriptions:
+    """The ``-- api:`` lines of 2.x subscription scenarios, on ``Session.subscribe``:
+    ``sub = subscribe(restart=…, topic=…, sql=…, interval=…)``, ``sub.consume()``,
+    ``sub.close(keepProgress=…)``. Topic progress is kept beside the case's warehouse."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.current: Any = None
+        self.rows: list[list[Any]] | None = None
+
+    def call(self, text: str) -> None:
+        try:
+            node = pyast.parse(text, mode="exec").body[0]
+        except SyntaxError:
+            raise CaseFailed(f"api call {text!r} is not a call") from None
+        call = node.value if isinstance(node, pyast.Assign | pyast.Expr) else None
+        if not isinstance(call, pyast.Call):
+            raise CaseFailed(f"api call {text!r} is not a call")
+        kwargs = {k.arg: pyast.literal_eval(k.value) for k in call.keywords if k.arg}
+        name = call.func.attr if isinstance(call.func, pyast.Attribute) else getattr(call.func, "id", "")
+        if name == "subscribe":
+            self.current = self.session.subscribe(
+                kwargs["sql"], topic=kwargs.get("topic"), restart=bool(kwargs.get("restart", False))
+            )
+        elif self.current is None:
+            raise CaseFailed(f"api call {text!r} before subscribe()")
+        elif name == "consume":
+            self.rows = [list(row.values()) for row in self.current.consume()]
+        elif name == "close":
+            self.current.close(keep_progress=bool(kwargs.get("keepProgress", True)))
+            self.current = None
+        else:
+            raise CaseFailed(f"api call {name}() is not part of the 2.x subscription API")
+
+    def last_rows(self) -> list[list[Any]]:
+        if self.rows is None:
+            raise CaseFailed("no sub.consume() ran before this check")
+        return self.rows
+
+
+# TDengine's 2.x test suites (3.x moved its tests to tests/script/tsim, tests/system-test, …)
+_TWO_X_SUITES = ("tests/script/general/", "tests/pytest/")
+
+
+def case_dialect(case: dict[str, Any]) -> str:
+    """The query dialect a scenario's expectations were recorded in: 2.x for scenarios
+    transcribed from the 2.x suites (their INTERVAL queries show the window start)."""
+    path = str(case.get("source", {}).get("path", ""))
+    return "2.x" if path.startswith(_TWO_X_SUITES) else "3.x"
+
+
+def _with_now(sql: str, now_ms: int) -> str:
+    """``<NOW>`` and ``<NOW> + k``: the client's epoch milliseconds at test start."""
+    return re.sub(r"<NOW>(\s*\+\s*(\d+))?", lambda m: str(now_ms + int(m.group(2) or 0)), sql)
+
+
+_LOOP = re.compile(r"for\s+(\w+)\s+in\s+(-?\d+)\.\.(-?\d+)\s*:\s*")
+
+
+def expand(sql: str, now_ms: int) -> list[str]:
+    """A phase entry as the statements it stands for: itself, or the statements of a
+    ``-- data_generator: for i in 0..9: stmt; for j in 0..19: stmt`` comment (nested loops,
+    bounds inclusive, ``{expr}`` fields of integer arithmetic over the loop variables)."""
+    generator = re.match(r"\s*--\s*data_generator:\s*(for\b.*)$", sql, re.S)
+    if generator is None:
+        return [_with_now(sql, now_ms)]
+    return [_with_now(statement, now_ms) for statement in _loop(generator.group(1).strip(), {})]
+
+
+def _loop(text: str, names: dict[str, int]) -> list[str]:
+    loop = _LOOP.match(text)
+    if loop is None:
+        raise CaseFailed(f"data_generator {text[:80]!r}: expected 'for VAR in A..B: statements'")
+    var, low, high = loop.group(1), int(loop.group(2)), int(loop.group(3))
+    body = text[loop.end() :]
+    nested = re.search(r";\s*for\s+\w+\s+in\s", body)
+    head, tail = (body[: nested.start()], body[nested.start() + 1 :].strip()) if nested else (body, "")
+    statements = []
+    for value in range(low, high + 1):
+        scope = {**names, var: value}
+        for part in head.split(";"):
+            if part.strip():
+                statements.append(_fill(part.strip(), scope))
+        if tail:
+            statements += _loop(tail, scope)
+    return statements
+
+
+def _fill(template: str, names: dict[str, int]) -> str:
+    parts = re.split(r"\{([^}]*)\}", template)
+    return "".join(
+        part if k % 2 == 0 else str(_evaluate(_expression(part), names, part)) for k, part in enumerate(parts)
+    )
+
+
+def _check(session: Session, check: dict[str, Any], history: dict[str, list[list[Any]]]) -> None:
     # transcribed queries sometimes carry a remark after the statement ("…; (each database)")
     parts = split_statements(check["query"])
     query = parts[0].text if parts else check["query"]
@@ -168,6 +336,26 @@ def _check(session: Session, check: dict[str, Any]) -> None:
         raise CaseFailed(f"{label}: expected an error, the query succeeded")
     result = _query(session, query, label)
     rows = result.display_rows(session.timezone)
+    if check.get("empty_result_acceptable") and not rows:
+        return
+    previous = history.get(query)
+    history[query] = rows
+    for row, column in check.get("unchanged_cells", []):
+        if previous is None or row >= len(previous) or row >= len(rows):
+            raise CaseFailed(f"{label}: no earlier value of cell [{row},{column}] to compare with")
+        if not _same(rows[row][column], previous[row][column]):
+            raise CaseFailed(
+                f"{label}: cell [{row},{column}] changed from {previous[row][column]!r} to {rows[row][column]!r}"
+            )
+    for key, column, value in check.get("cells_by_first_column", []):
+        found = [r for r in rows if r and _same(r[0], key)]
+        if not found or column >= len(found[0]) or not _same(found[0][column], value):
+            shown = found[0][column] if found and column < len(found[0]) else "no such row"
+            raise CaseFailed(f"{label}: row {key!r} column {column} is {shown!r}, expected {value!r}")
+    for row, column, value in check.get("cells_not", []):
+        if row < len(rows) and column < len(rows[row]) and _same(rows[row][column], value):
+            raise CaseFailed(f"{label}: cell [{row},{column}] is {value!r}, which it must not be")
+    _check_rows(rows, check, label)
     if "schema" in check:
         for i, expected_row in enumerate(check["schema"]):
             if i >= len(rows):
@@ -175,8 +363,6 @@ def _check(session: Session, check: dict[str, Any]) -> None:
             for j, value in enumerate(expected_row):
                 if not _same(rows[i][j], value):
                     raise CaseFailed(f"{label}: schema row {i} field {j} is {rows[i][j]!r}, expected {value!r}")
-    if "row_count" in check and len(rows) != check["row_count"]:
-        raise CaseFailed(f"{label}: {len(rows)} row(s), expected {check['row_count']}")
     if "row_count_predicate" in check:
         predicate = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*", check["row_count_predicate"])
         if predicate is None:
@@ -201,6 +387,22 @@ def _check(session: Session, check: dict[str, Any]) -> None:
         if mine != theirs:
             diff = next((f"{a} != {b}" for a, b in zip(mine, theirs, strict=False) if a != b), "")
             raise CaseFailed(f"{label}: {len(rows)} row(s) differ from the batch query's {len(other)} {diff}")
+
+
+_COUNT_CHECKS: dict[str, tuple[Callable[[int, int], bool], str]] = {
+    "row_count": (operator.eq, ""),
+    "row_count_at_least": (operator.ge, "at least "),
+    "row_count_at_most": (operator.le, "at most "),
+    "row_count_greater_than": (operator.gt, "more than "),
+    "row_count_not": (operator.ne, "anything but "),
+}
+
+
+def _check_rows(rows: list[list[Any]], check: dict[str, Any], label: str) -> None:
+    """The row-count checks, on a query's rows or on what a subscription consumed."""
+    for field_name, (compare, wording) in _COUNT_CHECKS.items():
+        if field_name in check and not compare(len(rows), check[field_name]):
+            raise CaseFailed(f"{label}: {len(rows)} row(s), expected {wording}{check[field_name]}")
 
 
 _COMPARE: dict[str, Callable[[int, int], bool]] = {

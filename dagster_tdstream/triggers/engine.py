@@ -89,7 +89,11 @@ class WindowTrigger:
     """``[INTERVAL(i[, o])] SLIDING(s)`` with a trigger table: windows close when the group's
     event time, less the watermark, reaches their end (``_twend`` is exclusive); windows with
     no rows fire too unless IGNORE_NODATA_TRIGGER; a row that lands in a closed window
-    re-fires it (recalculation) unless IGNORE_DISORDER."""
+    re-fires it (recalculation) unless IGNORE_DISORDER.
+
+    ``clock_close``: windows close when the processing time reaches their end instead
+    (``clock_closed``), whatever the rows' event times — 2.x continuous queries and the legacy
+    FORCE_WINDOW_CLOSE, which compute each window once, when it is over by the wall clock."""
 
     spec: IntervalSpec
     watermark: int = 0
@@ -98,6 +102,7 @@ class WindowTrigger:
     events: tuple[str, ...] = (WINDOW_CLOSE,)
     max_delay: int | None = None  # processing time, ns
     delete_recalc: bool = False
+    clock_close: bool = False
 
     @staticmethod
     def new_state() -> GroupState:
@@ -136,8 +141,8 @@ class WindowTrigger:
                 # windows the new progress passes close before the row opens its own (the row
                 # never falls in one of them: they end at or before ts - watermark), and a
                 # window can close only once the progress passes the first open window's end
-                if ts - self.watermark - self.spec.interval >= state.next_close:
-                    fired.extend(self._close(state))
+                if not self.clock_close and ts - self.watermark - self.spec.interval >= state.next_close:
+                    fired.extend(self._close(state, ts - self.watermark))
             for start in self.spec.starts(ts):
                 if start < state.next_close:
                     if not self.ignore_disorder and start not in recalculated:
@@ -168,10 +173,18 @@ class WindowTrigger:
                 state.counts[start] -= 1
         return fired
 
-    def _close(self, state: GroupState) -> list[Fired]:
-        assert state.next_close is not None and state.max_ts is not None
-        # the last window whose end the watermarked progress has reached
-        last = self.spec.floor(state.max_ts - self.watermark - self.spec.interval)
+    def clock_closed(self, state: GroupState, now: int) -> list[Fired]:
+        """``clock_close``: the windows whose end the processing time ``now`` (in the table's
+        precision) has reached."""
+        if not self.clock_close or state.next_close is None:
+            return []
+        return self._close(state, now)
+
+    def _close(self, state: GroupState, progress: int) -> list[Fired]:
+        assert state.next_close is not None
+        # the last window whose end the progress (event time less the watermark, or the
+        # processing time) has reached
+        last = self.spec.floor(progress - self.spec.interval)
         if last < state.next_close:
             return []
         if self.ignore_nodata:  # jump over empty windows instead of walking a long gap

@@ -101,9 +101,11 @@ def advance_stream(
     catalog = warehouse.catalog
     first = first_unread(stream, last_offset)
     current = warehouse.delta.version(table.db, table.storage_name)
-    if current < first and trigger.max_delay is None:
+    clock_close = isinstance(trigger, WindowTrigger) and trigger.clock_close
+    if current < first and trigger.max_delay is None and not clock_close:
         return TickResult(first - 1, first, 0, catalog.count_pending(stream.key), 0)
-    # with MAX_DELAY a tick without new WAL records still checks open windows' delays
+    # with MAX_DELAY (or windows closed by the clock) a tick without new WAL records still
+    # checks open windows' delays (or ends)
     end = max(first - 1, min(current, first + max_offsets - 1))
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
     state_type = type(trigger.new_state())
@@ -134,8 +136,11 @@ def advance_stream(
                 state, fired = _rederive(trigger, before, after, state.late_from)
                 states[group_key] = state
         queued += [queue_row(f, values, group_id, end, fired_at) for f in fired]
+    now = fired_at // PRECISIONS[stream.precision]
     for group_key, state in states.items():
         delayed = trigger.delayed(state, fired_at)  # type: ignore[arg-type]
+        if clock_close:
+            delayed += trigger.clock_closed(state, now)  # type: ignore[union-attr,arg-type]
         if delayed:
             values = json.loads(group_key)
             group_id = group_identity(warehouse, stream, values)
