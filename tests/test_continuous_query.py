@@ -282,3 +282,14 @@ def test_subscription_sensor_hands_each_batch_of_offsets_to_a_job(sql_session: S
     skipped = watch(build_sensor_context(instance=instance, cursor=cursor, resources={"tdstream_warehouse": resource}))
     assert received == [[1, 2], [3]]
     assert skipped.skip_message is not None and "no rows" in skipped.skip_message
+
+
+def test_cli_sql_dialect_two_x(warehouse: Warehouse) -> None:
+    session = Session(warehouse, timezone="UTC")
+    _setup(session)
+    session.execute(f"insert into c1 values ({T0}, 1, 1) ({T0 + 1}, 2, 2)")
+    runner = CliRunner()
+    args = ["sql", "-d", "cq", "--warehouse", warehouse.uri, "--timezone", "UTC", "--format", "csv"]
+    two_x = runner.invoke(main, [*args, "--dialect", "2.x", "select count(*) from c1 interval(1d)"])
+    assert two_x.exit_code == 0, two_x.output
+    assert two_x.output.splitlines()[1:] == ["2021-07-20 00:00:00.000,2"]

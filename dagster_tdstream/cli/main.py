@@ -48,6 +48,7 @@ def _session(
     database: str | None,
     timezone: str | None,
     query_timeout: float | None = None,
+    dialect: str = "3.x",
 ) -> Any:
     """A SQL session on the warehouse; when a Dagster serves it (recorded by its code location,
     or named by DAGSTER_HOME / TDSTREAM_DAGSTER_URL), stream statements take effect there."""
@@ -58,7 +59,9 @@ def _session(
     opened = Warehouse(warehouse, metadata_url=metadata_url)
     link = DagsterLink.recorded(opened)
     control = DagsterStreamControl(link) if link is not None else None
-    return Session(opened, database=database, timezone=timezone, control=control, query_timeout=query_timeout)
+    return Session(
+        opened, database=database, timezone=timezone, control=control, query_timeout=query_timeout, dialect=dialect
+    )
 
 
 @click.group()
@@ -88,6 +91,13 @@ _query_timeout = click.option(
 @click.option("-f", "--file", "file", type=click.Path(exists=True, dir_okay=False), help="Run a SQL file.")
 @click.option("-d", "--database", default=None, help="Database to USE first.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option(
+    "--dialect",
+    type=click.Choice(["3.x", "2.x"]),
+    default="3.x",
+    show_default=True,
+    help="2.x: results as the 2.x client shows them (INTERVAL rows led by the window start, 2.x SHOW STREAMS).",
+)
 @_warehouse
 @_metadata
 @_timezone
@@ -98,6 +108,7 @@ def sql(
     file: str | None,
     database: str | None,
     fmt: str,
+    dialect: str,
     warehouse: str | None,
     metadata_url: str | None,
     timezone: str | None,
@@ -110,7 +121,7 @@ def sql(
     script = statements if statements is not None else Path(file).read_text()  # type: ignore[arg-type]
 
     def run() -> None:
-        session = _session(warehouse, metadata_url, database, timezone, query_timeout)
+        session = _session(warehouse, metadata_url, database, timezone, query_timeout, dialect)
         for result in session.iter_execute(script):
             if result.table is None:
                 if fmt != "json":
@@ -370,12 +381,16 @@ def subscribe(
         polls = 0
         while max_polls is None or polls < max_polls:
             started = time.monotonic()
-            for row in sub.consume():
+            # progress is saved after the rows are printed: a kill in between prints that batch
+            # again after a restart, never loses it
+            for row in sub.consume(commit=False):
                 shown = {
                     k: format_timestamp(v, precision, session.timezone) if k in stamps and v is not None else v
                     for k, v in row.items()
                 }
                 click.echo(json.dumps(shown, default=str) if fmt == "json" else "\t".join(map(str, shown.values())))
+            sys.stdout.flush()
+            sub.commit()
             polls += 1
             if max_polls is None or polls < max_polls:
                 time.sleep(max(0.0, interval / 1000 - (time.monotonic() - started)))

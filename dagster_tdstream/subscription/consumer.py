@@ -6,7 +6,7 @@ each later consume the rows inserted or updated since — in commit order, a row
 twice returned twice, deletions not returned — and the progress (the last WAL offset
 consumed) is the client's: saved in its progress file after every consume, resumed from it
 (``restart=False``), deleted on ``close(keep_progress=False)``. Reads the warehouse only;
-writes nothing but the client's progress file.
+writes nothing but the client's progress file (atomically: the old progress or the new).
 """
 
 from __future__ import annotations
@@ -69,8 +69,11 @@ class Subscription:
     def table_key(self) -> str:
         return f"{self.spec.table.db}.{self.spec.table.name}"
 
-    def consume(self) -> list[dict[str, Any]]:
-        """The rows written since the last consume (all rows, the first time)."""
+    def consume(self, *, commit: bool = True) -> list[dict[str, Any]]:
+        """The rows written since the last consume (all rows, the first time). The progress
+        file is updated before they are returned; with ``commit=False`` only when the caller
+        calls ``commit()`` after handling them (a crash in between hands them over again
+        instead of losing them)."""
         table = self.spec.table
         current = self.warehouse.delta.version(table.db, table.storage_name)
         if self.version is None:
@@ -80,7 +83,8 @@ class Subscription:
         else:
             rows = []
         self.version = max(current, self.version if self.version is not None else current)
-        self._save()
+        if commit:
+            self.commit()
         return rows
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -96,7 +100,8 @@ class Subscription:
         if not keep_progress and self.progress_file is not None and self.progress_file.exists():
             self.progress_file.unlink()
 
-    def _save(self) -> None:
+    def commit(self) -> None:
+        """Save the progress of the rows consumed so far."""
         if self.progress_file is None:
             return
         self.progress_file.parent.mkdir(parents=True, exist_ok=True)
