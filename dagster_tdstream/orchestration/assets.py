@@ -158,6 +158,9 @@ def _compute(
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
         metadata = {MODE_TAG: HISTORY_MODE, "tdstream/history_offset": history}
         metadata["tdstream/groups"] = len(derived.states)
+        starts = [int(t["wstart"]) for t in derived.triggers if t["wstart"] is not None]
+        if starts:  # the run's partitions are at most the newest MAX_RUN_PARTITIONS of them
+            metadata["tdstream/first_window_start"] = min(starts)
         metadata["tdstream/derive_seconds"] = round(derived_at - started, 2)
         metadata["tdstream/compute_seconds"] = round(time.perf_counter() - derived_at, 2)
     else:

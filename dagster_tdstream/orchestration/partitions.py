@@ -3,13 +3,12 @@
 A window belongs to the partition holding its start. Partitions are coarse (hourly for
 windows under an hour, daily otherwise) so many windows share one and the asset stays far
 below Dagster's partition limits; they start at the day of the trigger table's earliest row
-(or the stream's creation), at most ``MAX_PARTITIONS`` before today (older windows belong to
-the first partition), and run one bucket past today.
+(or the stream's creation) and run one bucket past today.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from dagster import TimeWindowPartitionsDefinition
 
@@ -25,8 +24,6 @@ HOURLY, DAILY = "hourly", "daily"
 _FORMATS = {HOURLY: "%Y-%m-%d-%H:%M", DAILY: "%Y-%m-%d"}
 _CRONS = {HOURLY: "0 * * * *", DAILY: "0 0 * * *"}
 _HOUR_NANOS = 3600 * 10**9
-MAX_PARTITIONS = 5000  # per stream asset: 208 days of hourly, 13.7 years of daily partitions
-_GRAINS = {HOURLY: timedelta(hours=1), DAILY: timedelta(days=1)}
 
 
 def partition_grain(stream: StreamDefinition) -> str:
@@ -65,11 +62,6 @@ def partitions_for(
 ) -> TimeWindowPartitionsDefinition:
     grain = grain or partition_grain(stream)
     start = earliest_event_time(warehouse, stream).replace(hour=0, minute=0, second=0, microsecond=0)
-    # Dagster plans and records a run's materializations per partition: history reaching back
-    # decades (rows from 1940) would give a run tens of thousands. Windows older than the
-    # first partition are clamped into it (``partition_key``).
-    oldest = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - MAX_PARTITIONS * _GRAINS[grain]
-    start = max(start, oldest)
     return TimeWindowPartitionsDefinition(
         start=start, fmt=_FORMATS[grain], cron_schedule=_CRONS[grain], timezone="UTC", end_offset=1
     )

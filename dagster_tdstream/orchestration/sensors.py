@@ -364,7 +364,12 @@ def _history(
     }
     bounds = event_time_bounds(warehouse, stream)
     if bounds is not None:
-        tags.update(_partition_range(partitions, stream.precision, *bounds))
+        # Dagster plans and records a run's materializations per partition: history reaching
+        # back decades (rows from 1940) would make the run tens of thousands of partitions
+        # before it computes anything. The run (which computes all of the history) records the
+        # newest MAX_RUN_PARTITIONS of them; its metadata says where the history began.
+        span = MAX_RUN_PARTITIONS * _GRAIN_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
+        tags.update(_partition_range(partitions, stream.precision, max(bounds[0], bounds[1] - span), bounds[1]))
     else:
         first = partitions.get_first_partition_key()
         assert first is not None

@@ -95,10 +95,11 @@ def run_statements_with_setup(path: Path, setup: Path, *, expect_valid: bool, sp
                 warehouse.close()
         if accepted != expect_valid:
             wrong.append(number)
-    reason = ""
-    if wrong:
-        verb = "rejected" if expect_valid else "accepted"
-        reason = f"{len(wrong)} of {len(lines)} line(s) {verb}: lines {', '.join(map(str, wrong[:10]))}"
+    return _statements_result(path, len(lines), wrong, "rejected" if expect_valid else "accepted", started)
+
+
+def _statements_result(path: Path, lines: int, wrong: list[int], verb: str, started: float) -> CaseResult:
+    reason = f"{len(wrong)} of {lines} line(s) {verb}: lines {', '.join(map(str, wrong[:10]))}" if wrong else ""
     return CaseResult(f"statements:{path.name}", not wrong, reason, time.monotonic() - started)
 
 
@@ -138,11 +139,8 @@ def run_statement_file(path: Path, *, expect_valid: bool) -> CaseResult:
             accepted = False
         if accepted != expect_valid:
             wrong.append(number)
-    reason = ""
-    if wrong:
-        verb = "rejected" if expect_valid else "accepted (they need the tables' schemas to reject)"
-        reason = f"{len(wrong)} of {len(lines)} line(s) {verb}: lines {', '.join(map(str, wrong[:10]))}"
-    return CaseResult(f"statements:{path.name}", not wrong, reason, time.monotonic() - started)
+    verb = "rejected" if expect_valid else "accepted (they need the tables' schemas to reject)"
+    return _statements_result(path, len(lines), wrong, verb, started)
 
 
 def run_case(case: dict[str, Any], *, spark: Any = None) -> CaseResult:
