@@ -186,7 +186,7 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         # PERIOD ticks are processing time too: let at least one tick pass after each phase
         delays += [s.stmt.trigger.period.nanos / 1e9 for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)]
         delay = max(delays) + 1 if delays else 0
-        subscriptions = Subscriptions(session)
+        subscriptions = Subscriptions(session, tmp / "subscriptions")
         for phase in case.get("data_sql", []):
             for sql in phase.get("sql", []):
                 api = re.match(r"\s*--\s*api:\s*(.+)$", sql, re.S)
@@ -226,10 +226,12 @@ def _execute(session: Session, sql: str, where: str) -> None:
 class Subscriptions:
     """The ``-- api:`` lines of 2.x subscription scenarios, on ``Session.subscribe``:
     ``sub = subscribe(restart=…, topic=…, sql=…, interval=…)``, ``sub.consume()``,
-    ``sub.close(keepProgress=…)``. Topic progress is kept beside the case's warehouse."""
+    ``sub.close(keepProgress=…)``. Topic progress is kept beside the case's warehouse (never in
+    the user's home)."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, progress_dir: Path) -> None:
         self.session = session
+        self.progress_dir = progress_dir
         self.current: Any = None
         self.rows: list[list[Any]] | None = None
 
@@ -245,7 +247,10 @@ class Subscriptions:
         name = call.func.attr if isinstance(call.func, pyast.Attribute) else getattr(call.func, "id", "")
         if name == "subscribe":
             self.current = self.session.subscribe(
-                kwargs["sql"], topic=kwargs.get("topic"), restart=bool(kwargs.get("restart", False))
+                kwargs["sql"],
+                topic=kwargs.get("topic"),
+                restart=bool(kwargs.get("restart", False)),
+                progress_dir=self.progress_dir,
             )
         elif self.current is None:
             raise CaseFailed(f"api call {text!r} before subscribe()")
