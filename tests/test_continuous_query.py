@@ -293,3 +293,25 @@ def test_cli_sql_dialect_two_x(warehouse: Warehouse) -> None:
     two_x = runner.invoke(main, [*args, "--dialect", "2.x", "select count(*) from c1 interval(1d)"])
     assert two_x.exit_code == 0, two_x.output
     assert two_x.output.splitlines()[1:] == ["2021-07-20 00:00:00.000,2"]
+
+
+def test_progress_older_than_the_retained_wal_is_an_error_not_a_gap(sql_session: Session) -> None:
+    """Delta log cleanup removes WAL offsets a consumer has not read: its next consume says so
+    instead of silently skipping them."""
+    from deltalake import DeltaTable
+
+    warehouse = sql_session.warehouse
+    sql_session.execute("create database sub; use sub; create table t0 (ts timestamp, a int)")
+    sql_session.execute("insert into t0 values (1000, 1)")
+    sub = sql_session.subscribe("t0")
+    assert sub.consume() == [{"ts": 1000, "a": 1}]
+    for i in range(3):
+        sql_session.execute(f"insert into t0 values ({2000 + i}, {i})")
+    info = warehouse.table("sub", "t0")
+    table = warehouse.delta.open("sub", info.storage_name)
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    table.create_checkpoint()
+    time.sleep(1.1)  # cleanup keeps log files younger than the retention, to the second
+    DeltaTable(table.table_uri).cleanup_metadata()
+    with pytest.raises(SubscriptionError, match="older than the WAL the table retains"):
+        sub.consume()
