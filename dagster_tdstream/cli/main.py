@@ -395,7 +395,10 @@ def subscribe(
             if max_polls is None or polls < max_polls:
                 time.sleep(max(0.0, interval / 1000 - (time.monotonic() - started)))
 
-    _guarded(debug, run)
+    try:
+        _guarded(debug, run)
+    except KeyboardInterrupt:  # Ctrl-C ends it; the progress of every printed batch is saved
+        click.echo("", err=True)
 
 
 main.add_command(spark_commands)
