@@ -153,21 +153,26 @@ class Session:
         *,
         topic: str | None = None,
         restart: bool = False,
+        where: str | None = None,
         start: str | int | None = None,
         progress_file: str | Path | None = None,
         progress_dir: str | Path | None = None,
         interval_ms: int = 1000,
     ) -> Subscription:
-        """Subscribe to a table (TDengine 2.x): ``target`` is a table name or ``SELECT * |
-        columns FROM t [WHERE …]``; ``start`` a time (string or epoch in the precision) before
-        which rows are not returned. The progress is the client's: in ``progress_file``, or
-        ``<progress_dir>/<topic>.json`` for a topic (``progress_dir`` defaults to
-        ``$TDSTREAM_SUBSCRIPTIONS`` or ``~/.tdstream/subscriptions``); ``restart`` ignores it."""
+        """Subscribe to a table (TDengine 2.x): ``target`` is a table name (``where``: a
+        condition on its rows) or ``SELECT * | columns FROM t [WHERE …]``; ``start`` a time
+        (string or epoch in the precision) before which rows are not returned. The progress is
+        the client's: in ``progress_file``, or ``<progress_dir>/<topic>.json`` for a topic
+        (``progress_dir`` defaults to ``$TDSTREAM_SUBSCRIPTIONS`` or
+        ``~/.tdstream/subscriptions``); ``restart`` ignores it."""
+
         from .subscription.consumer import Subscription, subscription_spec
 
         text = target.strip().rstrip(";")
         if not re.match(r"(?i)select\b", text):
-            text = f"select * from {text}"
+            text = f"select * from {text}" + (f" where {where}" if where else "")
+        elif where:
+            raise SubscriptionError("give the condition in the SELECT's WHERE or as where=, not both")
         stmt = parse_statement_text(split_statements(text)[0], text)
         if not isinstance(stmt, ast.Query) or not isinstance(stmt.select.source, ast.TableSource):
             raise SubscriptionError(f"subscribe to a table or SELECT … FROM table, not {target!r}")
@@ -417,8 +422,9 @@ class Session:
         with self.warehouse.catalog.transaction() as conn:
             self.warehouse.catalog.set_tags(conn, info.db, info.name, tags)
             if stmt.dropped is not None:
+                dropped = normalize(stmt.dropped)
                 for child in self.warehouse.catalog.child_tables(info.db, info.name, conn):
-                    values = {k: v for k, v in child.tag_values.items() if k != normalize(stmt.dropped)}
+                    values = {k: v for k, v in child.tag_values.items() if k != dropped}
                     self.warehouse.catalog.set_tag_values(conn, child.db, child.name, values)
         return Result(message="Alter OK")
 

@@ -372,9 +372,10 @@ def subscribe(
 
     def run() -> None:
         session = _session(warehouse, metadata_url, None, timezone)
-        target = f"select * from {table}" + (f" where {where}" if where else "")
         epoch = int(start) if start is not None and start.lstrip("-").isdigit() else start
-        sub = session.subscribe(target, start=epoch, progress_file=progress_file, restart=restart, interval_ms=interval)
+        sub = session.subscribe(
+            table, where=where, start=epoch, progress_file=progress_file, restart=restart, interval_ms=interval
+        )
         info = sub.spec.table
         precision = session.warehouse.database(info.db).precision
         stamps = {c.name for c in (*info.columns, *info.tags) if c.type.name == "TIMESTAMP"}

@@ -274,16 +274,22 @@ def _first_batch(pending: list[dict[str, Any]], stream: StreamDefinition) -> lis
     stay within ``MAX_RUN_PARTITIONS`` partitions. A run's partition range is what Dagster
     plans and records per partition; windows scattered over decades (history from 1940) would
     make one run of tens of thousands of partitions. The rest go to the following runs."""
-    span = MAX_RUN_PARTITIONS * _GRAIN_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
+    span = _run_span(stream)
     low = high = None
     for count, trigger in enumerate(pending):
         if trigger["wstart"] is None:
             continue
         start = int(trigger["wstart"])
-        low, high = min(start, low if low is not None else start), max(start, high if high is not None else start)
+        low = start if low is None else min(low, start)
+        high = start if high is None else max(high, start)
         if high - low > span:
             return pending[: max(count, 1)]
     return pending
+
+
+def _run_span(stream: StreamDefinition) -> int:
+    """``MAX_RUN_PARTITIONS`` partitions of the stream's asset, in its event-time precision."""
+    return MAX_RUN_PARTITIONS * _GRAIN_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
 
 
 def recalculation_backfills(
@@ -368,8 +374,8 @@ def _history(
         # back decades (rows from 1940) would make the run tens of thousands of partitions
         # before it computes anything. The run (which computes all of the history) records the
         # newest MAX_RUN_PARTITIONS of them; its metadata says where the history began.
-        span = MAX_RUN_PARTITIONS * _GRAIN_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
-        tags.update(_partition_range(partitions, stream.precision, max(bounds[0], bounds[1] - span), bounds[1]))
+        oldest = max(bounds[0], bounds[1] - _run_span(stream))
+        tags.update(_partition_range(partitions, stream.precision, oldest, bounds[1]))
     else:
         first = partitions.get_first_partition_key()
         assert first is not None

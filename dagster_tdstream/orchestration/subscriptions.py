@@ -9,7 +9,6 @@ Reads the warehouse; writes nothing.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,12 +24,9 @@ from dagster import (
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from ..errors import SubscriptionError
-from ..sql import ast
-from ..sql.constants import ConstantContext
-from ..sql.parser import parse_statement
-from ..sql.timeunits import resolve_timezone
+from ..session import Session
 from ..storage.warehouse import Warehouse
-from ..subscription.consumer import SubscriptionSpec, rows_in_offsets, subscription_spec
+from ..subscription.consumer import rows_in_offsets
 from .resources import TDStreamWarehouse
 
 TABLE_TAG = "tdstream/subscription_table"
@@ -84,14 +80,7 @@ def subscription_rows(tags: Mapping[str, str], warehouse: Warehouse) -> list[dic
     missing = [t for t in (TABLE_TAG, FROM_TAG, TO_TAG) if t not in tags]
     if missing:
         raise SubscriptionError(f"this run was not requested by a subscription sensor (no {', '.join(missing)} tag)")
-    db, _, name = tags[TABLE_TAG].partition(".")
-    info = warehouse.find_table(db, name)
-    if info is None:
-        raise SubscriptionError(f"table {tags[TABLE_TAG]} does not exist")
-    text = f"select * from {db}.{name}" + (f" where {tags[WHERE_TAG]}" if WHERE_TAG in tags else "")
-    stmt = parse_statement(text)
-    assert isinstance(stmt, ast.Query)
-    # ``now`` in the condition is the time the run reads (the sensor stored the text)
-    ctx = ConstantContext(warehouse.database(db).precision, resolve_timezone(None), time.time_ns())
-    spec: SubscriptionSpec = subscription_spec(stmt.select, info, ctx, None)
+    # the subscription the sensor stands for, as Session.subscribe builds it (``now`` in the
+    # condition is the time the run reads)
+    spec = Session(warehouse).subscribe(tags[TABLE_TAG], where=tags.get(WHERE_TAG)).spec
     return rows_in_offsets(warehouse, spec, int(tags[FROM_TAG]), int(tags[TO_TAG]))

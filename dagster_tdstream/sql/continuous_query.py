@@ -103,17 +103,11 @@ def _check_item(expr: ast.Expr) -> None:
             f"({', '.join(sorted(FUNCTIONS))}), not a plain column or constant",
             expr,
         )
+    # the nodes below an aggregate: a column anywhere else is a plain column
+    aggregated_nodes = {id(n) for f in walk(expr) if isinstance(f, ast.Func) and f.name in FUNCTIONS for n in walk(f)}
     for node in walk(expr):
-        if isinstance(node, ast.Column) and not _inside_function(expr, node):
+        if isinstance(node, ast.Column) and id(node) not in aggregated_nodes:
             raise _fail(f"column {node.name} must be inside an aggregate in a continuous query", node)
-
-
-def _inside_function(root: ast.Expr, target: ast.Expr) -> bool:
-    """Whether ``target`` sits below one of the aggregate functions of ``root``."""
-    return any(
-        isinstance(node, ast.Func) and node.name in FUNCTIONS and any(n is target for n in walk(node))
-        for node in walk(root)
-    )
 
 
 def result_column_name(item: ast.SelectItem) -> str:

@@ -40,6 +40,10 @@ class SubscriptionSpec:
     condition: ast.Expr | None = None
     start: int | None = None
 
+    @property
+    def table_key(self) -> str:
+        return f"{self.table.db}.{self.table.name}"
+
 
 class Subscription:
     def __init__(
@@ -58,16 +62,12 @@ class Subscription:
         self.version: int | None = None  # the last WAL offset consumed (None: nothing yet)
         if progress_file is not None and progress_file.exists() and not restart:
             saved = json.loads(progress_file.read_text())
-            if saved.get("table") != self.table_key:
+            if saved.get("table") != spec.table_key:
                 raise SubscriptionError(
                     f"progress file {progress_file} belongs to a subscription of {saved.get('table')}, "
-                    f"not {self.table_key}"
+                    f"not {spec.table_key}"
                 )
             self.version = int(saved["version"])
-
-    @property
-    def table_key(self) -> str:
-        return f"{self.spec.table.db}.{self.spec.table.name}"
 
     def consume(self, *, commit: bool = True) -> list[dict[str, Any]]:
         """The rows written since the last consume (all rows, the first time). The progress
@@ -82,7 +82,7 @@ class Subscription:
             rows = rows_in_offsets(self.warehouse, self.spec, self.version + 1, current)
         else:
             rows = []
-        self.version = max(current, self.version if self.version is not None else current)
+        self.version = current if self.version is None else max(current, self.version)
         if commit:
             self.commit()
         return rows
@@ -106,7 +106,7 @@ class Subscription:
             return
         self.progress_file.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.progress_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"table": self.table_key, "version": self.version}))
+        temporary.write_text(json.dumps({"table": self.spec.table_key, "version": self.version}))
         os.replace(temporary, self.progress_file)  # a crash leaves the old progress or the new, never half
 
     def _snapshot(self, version: int) -> list[dict[str, Any]]:
@@ -128,17 +128,13 @@ class _Feed:
         self.warehouse = warehouse
         self.spec = spec
 
-    @property
-    def table_key(self) -> str:
-        return f"{self.spec.table.db}.{self.spec.table.name}"
-
     def rows(self, first: int, last: int) -> list[dict[str, Any]]:
         table = self.spec.table
         try:
             feed = self.warehouse.delta.change_feed(table.db, table.storage_name, first, last)
         except Exception as exc:  # delta-rs: the versions' change data was vacuumed or compacted
             raise SubscriptionError(
-                f"the progress of this subscription (WAL offset {first - 1} of {self.table_key}) is older than "
+                f"the progress of this subscription (WAL offset {first - 1} of {self.spec.table_key}) is older than "
                 f"the WAL the table retains ({exc}); subscribe again with restart to start from the table's rows"
             ) from None
         records = [r for r in feed.to_pylist() if r["_change_type"] in _CHANGES]
