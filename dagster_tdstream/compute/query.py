@@ -38,7 +38,15 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
     spark = views.spark
     tag = f"tdstream-query-{uuid.uuid4().hex}"
     spark.addTag(tag)  # the jobs of this query only: other clients of the server run on
-    timer = threading.Timer(timeout_seconds, spark.interruptTag, [tag]) if timeout_seconds else None
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        # set before interrupting: the cancelled job's error can reach this thread before
+        # interruptTag returns (Timer.finished is only set after it does)
+        timed_out.set()
+        spark.interruptTag(tag)
+
+    timer = threading.Timer(timeout_seconds, expire) if timeout_seconds else None
     if timer is not None:
         timer.daemon = True
         timer.start()
@@ -56,7 +64,7 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
         spark.interruptTag(tag)
         raise QueryError("query cancelled (Ctrl-C)") from None
     except Exception as exc:
-        if timer is not None and timer.finished.is_set():
+        if timed_out.is_set():
             raise QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)") from None
         lines = str(exc).strip().splitlines()
         raise QueryError(f"query failed in Spark: {lines[0] if lines else type(exc).__name__}") from None
