@@ -51,6 +51,8 @@ from .storage.warehouse import Warehouse, WriteBatch
 from .triggers.plan import not_built
 
 if TYPE_CHECKING:
+    from .compute.newest import NewestRows
+    from .sql.translate.scope import TranslatedQuery
     from .subscription.consumer import Subscription
 
 
@@ -587,24 +589,43 @@ class Session:
     # ------------------------------------------------------------------ queries
 
     def _exec_query(self, stmt: ast.Query) -> Result:
-        from .compute.query import run_query
-        from .storage.spark_read import SparkViews
+        from .compute.newest import newest_rows
 
         if self.control is not None and any(
             isinstance(source, ast.TableSource) and normalize(source.table.db or "") == SYSTEM_DB
             for source in sources(stmt.select)
         ):
             self.control.reconcile(self.warehouse)
-        spark = self.spark.get()
-        views = SparkViews(spark, self.warehouse, self.database)
+        select = as_dialect(stmt.select, self.dialect)
+        # a last-row query first reads only the newest files; if that cannot be proven to be
+        # the whole answer, the query runs again over the whole table
+        newest = newest_rows(select, self.warehouse, self.database)
+        answer = self._run_select(select, newest) if newest is not None else None
+        if answer is None:
+            answer = self._run_select(select, None)
+        assert answer is not None  # without a floor the rows read are the answer
+        arrow, translated = answer
+        table = to_result_table(arrow, translated.columns, translated.precision)
+        return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
+
+    def _run_select(self, select: ast.Select, newest: NewestRows | None) -> tuple[pa.Table, TranslatedQuery] | None:
+        """The query's rows (reading only above ``newest``'s floor when given; None when
+        those rows are not proven to be the whole answer)."""
+        from .compute.query import run_query
+        from .storage.spark_read import SparkViews
+
+        if newest is not None and not newest.covers(self.warehouse):
+            return None
+        views = SparkViews(self.spark.get(), self.warehouse, self.database, newest.floors if newest else None)
         try:
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
-            translated = translate_select(as_dialect(stmt.select, self.dialect), ctx)
+            translated = translate_select(select, ctx)
             arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
         finally:
             views.close()
-        table = to_result_table(arrow, translated.columns, translated.precision)
-        return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
+        if newest is not None and not newest.complete(arrow):
+            return None
+        return arrow, translated
 
     # ------------------------------------------------------------------ streams
 

@@ -105,8 +105,17 @@ class SparkViews:
 
     _counter = itertools.count()
 
-    def __init__(self, spark: Any, warehouse: Warehouse, default_db: str | None) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        warehouse: Warehouse,
+        default_db: str | None,
+        floors: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
         self.spark = spark
+        # db.table → (primary timestamp below which the query reads none of its rows, the
+        # version it reads): a last-row query proven to need only the newest (compute/newest.py)
+        self.floors = floors or {}
         self.warehouse = warehouse
         self.default_db = default_db
         self._views: dict[str, SourceTable] = {}
@@ -142,7 +151,9 @@ class SparkViews:
         key = f"{info.db}.{info.name}"
         if key not in self._views:
             view = f"__tds_{next(self._counter)}"
-            self._pending[view] = lambda: table_frame(self.spark, self.warehouse, info)
+            floor, version = self.floors.get(key, (None, None))
+            key_range = None if floor is None else (floor, 2**63 - 1)
+            self._pending[view] = lambda: table_frame(self.spark, self.warehouse, info, version, key_range)
             precision = self.warehouse.database(info.db).precision
             self._views[key] = SourceTable(key, view, info.kind, info.columns, info.tags, precision)
         return self._views[key]

@@ -283,6 +283,22 @@ class Warehouse:
             parts.append(f"""(t."tbname" = '{quoted}' AND {in_keys})""" if name else f"({in_keys})")
         return " OR ".join(parts) if parts else "FALSE"
 
+    def trusted_watermarks(self, info: TableInfo) -> tuple[int, dict[str, int]] | None:
+        """The table's current version and, for the child tables (or the normal table) of
+        ``info`` that hold rows, the newest timestamp written — when the catalog accounts for
+        that version; None when it does not (the caller must then read the data). After a
+        delete a watermark is an upper bound, not necessarily a stored row."""
+        storage = info.storage_name
+        version = self.delta.version(info.db, storage)
+        if self.catalog.verified_version(info.db, storage) != version:
+            return None
+        if info.kind == "super":
+            names = [child.name for child in self.catalog.child_tables(info.db, info.name)]
+        else:
+            names = [info.name]
+        marks = self.catalog.write_state(info.db, storage, names)
+        return version, {name: ts for name, (ts, _) in marks.items()}
+
     def _watermarks(self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool) -> dict[str, int]:
         """tbname → newest timestamp stored. Trusted from the catalog when the catalog has
         accounted for the table's current version; otherwise recomputed from the data."""

@@ -5,6 +5,8 @@ companions, ORDER BY, LIMIT/SLIMIT; the other stages live beside it (``sources``
 
 from __future__ import annotations
 
+import dataclasses
+
 from .. import ast
 from ..walk import walk
 from .batch import aggregated_before_join, range_buckets
@@ -35,6 +37,7 @@ def translate_select(select: ast.Select, ctx: TranslationContext) -> TranslatedQ
 
 def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[OutputColumn], Scope]:
     scope = source_scope(select, ctx)
+    select = _one_column_selectors(select, scope)
     stream = ctx.stream
     if (select.slimit is not None or select.soffset is not None) and stream is not None:
         raise query_error("SLIMIT/SOFFSET are not supported in a stream's query", select)
@@ -291,6 +294,46 @@ def _with_companions(
         sql, alias, column = items[index]
         chosen[index] = (pick.format(column=sql), alias, column)
     return chosen
+
+
+MULTI_COLUMN_SELECTORS = ("first", "last", "last_row")
+
+
+def _one_column_selectors(select: ast.Select, scope: Scope) -> ast.Select:
+    """``last(*)`` and ``last(a, b)`` (also first, last_row) as one select item per column,
+    named ``last(a)``, ``last(b)`` as TDengine names them; ``*`` means the data columns,
+    not a super table's tags."""
+    if not any(_multi_column(item.expr) for item in select.items):
+        return select
+    tags = {tag.name.lower() for table in scope.tables for tag in table.tags}
+    items: list[ast.SelectItem] = []
+    for item in select.items:
+        expr = item.expr
+        if not isinstance(expr, ast.Func) or not _multi_column(expr):
+            items.append(item)
+            continue
+        if item.alias:
+            raise query_error(f"{expr.name}() of several columns gives several columns: it cannot take an alias", expr)
+        for arg in expr.args:
+            if isinstance(arg, ast.Star):
+                names = [name for name, key in scope.star if key not in tags]
+                columns = [ast.Column(name, arg.table, pos=arg.pos) for name in names]
+            elif isinstance(arg, ast.Column):
+                columns = [arg]
+            else:
+                raise query_error(f"{expr.name}() of several arguments takes columns or *", arg)
+            for column in columns:
+                single = ast.Func(expr.name, (column,), pos=expr.pos)
+                items.append(ast.SelectItem(single, None, f"{expr.name}({column.name})"))
+    return dataclasses.replace(select, items=tuple(items))
+
+
+def _multi_column(expr: ast.Expr) -> bool:
+    return (
+        isinstance(expr, ast.Func)
+        and expr.name in MULTI_COLUMN_SELECTORS
+        and (len(expr.args) > 1 or any(isinstance(arg, ast.Star) for arg in expr.args))
+    )
 
 
 def _order_by(
