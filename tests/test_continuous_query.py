@@ -152,9 +152,20 @@ def test_kill_stream_and_dropping_the_result_or_source_stop_it(sql_session: Sess
         "create table b as select count(*) from c2 interval(1m);"
         "create table c as select count(*) from st interval(1m)"
     )
-    sql_session.execute("kill stream a")
+    # by the id SHOW STREAMS shows (2.x's connId:streamId), or by name
+    ids = {s.name: s.stream_id for s in sql_session.warehouse.catalog.list_streams()}
+    assert ids == {"a": 1, "b": 2, "c": 3}
+    with pytest.raises(TDStreamError, match=r"no continuous query stream id 9"):
+        sql_session.execute("kill stream 5:9")
+    with pytest.raises(TDStreamError, match=r"line 1, column 13: expected a stream id such as 3:1"):
+        sql_session.execute("kill stream '1:x'")
+    sql_session.execute("kill stream 7:1")
     assert sql_session.warehouse.find_table("cq", "a") is not None  # the result table stays
-    sql_session.execute("drop table b")
+    sql_session.execute("kill stream b")
+    assert [s.name for s in load_streams(sql_session.warehouse)] == ["c"]
+    sql_session.execute("create table b2 as select count(*) from c2 interval(1m)")
+    assert sql_session.warehouse.catalog.get_stream("cq", "b2").stream_id == 4  # type: ignore[union-attr]
+    sql_session.execute("drop table b2")
     assert [s.name for s in load_streams(sql_session.warehouse)] == ["c"]
     sql_session.execute("drop table c1; drop table c2; drop stable st")
     assert load_streams(sql_session.warehouse) == []
@@ -185,9 +196,9 @@ def test_two_x_show_streams(session: Session, harness: StreamHarness) -> None:
     assert before.display_rows(two_x.timezone)[0][5] is None
     assert harness.run_until_idle().failures == []
     row = two_x.query("show streams").display_rows(two_x.timezone)[0]
-    assert row[0] == "per_minute" and row[2] == "cq.per_minute" and row[8] == 2
+    assert row[0] == "0:1" and row[2] == "cq.per_minute" and row[8] == 2
     assert row[5] == "2021-07-20 00:01:00.000"
-    two_x.execute("kill stream per_minute")
+    two_x.execute(f"kill stream {row[0]}")
     assert two_x.query("show streams").display_rows(two_x.timezone) == []
 
 

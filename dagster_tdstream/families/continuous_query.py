@@ -82,17 +82,24 @@ def stopped_by_drop(session: Session, dropped: list[TableInfo]) -> list[str]:
 
 def kill(session: Session, stmt: ast.KillStream) -> Result:
     """KILL STREAM: the continuous query stops (its result table stays, as in 2.x)."""
-    db, name = session.db_of(stmt.name), stmt.name.name.lower()
-    info = session.warehouse.catalog.get_stream(db, name)
+    catalog = session.warehouse.catalog
+    if stmt.name is None:
+        info = next((s for s in catalog.list_streams() if s.stream_id == stmt.stream_id), None)
+        what = f"stream id {stmt.stream_id}"
+    else:
+        db, name = session.db_of(stmt.name), stmt.name.name.lower()
+        info = catalog.get_stream(db, name)
+        what = f"{db}.{name}"
     if info is None or resolve_stream(session.warehouse, info).family != "continuous_query":
+        where = stmt.name.pos if stmt.name is not None else stmt.pos
         raise CatalogError(
-            f"no continuous query {db}.{name}: KILL STREAM stops 2.x continuous queries (DROP STREAM stops streams)",
-            line=stmt.name.pos.line or None,
-            column=stmt.name.pos.column or None,
+            f"no continuous query {what}: KILL STREAM stops 2.x continuous queries (DROP STREAM stops streams)",
+            line=where.line or None,
+            column=where.column or None,
         )
-    with session.warehouse.catalog.transaction() as conn:
-        session.warehouse.catalog.drop_stream(conn, db, name)
-    return session.told("Kill OK", lambda control: control.stream_dropped(f"{db}.{name}"))
+    with catalog.transaction() as conn:
+        catalog.drop_stream(conn, info.db, info.name)
+    return session.told("Kill OK", lambda control: control.stream_dropped(info.key))
 
 
 # SHOW STREAMS as the 2.x client shows it (2.x's mnode stream meta, with its dest table column)
@@ -110,8 +117,9 @@ TWO_X_STREAM_COLUMNS = (
 
 
 def show_streams_2x(session: Session, db: str) -> Result:
-    """SHOW STREAMS in the 2.x dialect. ``streamId`` is the query's name (what KILL STREAM
-    takes: 2.x ids were connection-bound); ``exec time`` the start of the latest window it
+    """SHOW STREAMS in the 2.x dialect. ``streamId`` is ``0:<stream id>`` (2.x's
+    ``connId:streamId``; there are no connections here, so the connection part is 0), what KILL
+    STREAM takes; ``exec time`` the start of the latest window it
     computed (NULL before the first); ``cycles`` the windows computed. A 2.x server also showed
     the client's address and the query time spent: neither exists here (NULL)."""
     warehouse = session.warehouse
@@ -123,7 +131,7 @@ def show_streams_2x(session: Session, db: str) -> Result:
         bounds = warehouse.key_bounds(output) if output is not None else None
         per_ms = 10**6 // PRECISIONS[warehouse.database(output.db).precision] if output is not None else 1
         values = (
-            stream.name,
+            f"0:{stream.info.stream_id}" if stream.info.stream_id is not None else stream.name,
             "root",
             f"{stream.output[0]}.{stream.output[1]}" if stream.output else None,
             None,

@@ -504,10 +504,13 @@ class CreateContinuousQuery(Statement):
 
 @dataclass(frozen=True)
 class KillStream(Statement):
-    """TDengine 2.x: ``KILL STREAM id`` stops a continuous query. 2.x ids are connection-bound
-    (``connId:streamId``); here a query is named by its result table, as SHOW STREAMS lists it."""
+    """TDengine 2.x: ``KILL STREAM id`` stops a continuous query. 2.x ids are
+    ``connId:streamId``; here the stream part is the number SHOW STREAMS shows (there are no
+    connections: any connection part is accepted), and the query's name (its result table)
+    works too."""
 
-    name: QualifiedName
+    name: QualifiedName | None
+    stream_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -498,7 +498,21 @@ class _Parser:
 
     def kill_stream(self) -> ast.KillStream:
         self.expect_words("KILL", "STREAM")
-        return ast.KillStream(self.qualified_name("a continuous query's name (its result table)"))
+        tok = self.peek()
+        text = tok.string_value if tok.kind is Kind.STRING else None
+        if tok.kind is Kind.NUMBER:
+            self.next()
+            text = tok.text
+            if self.accept_op(":"):
+                text += ":" + self.next().text
+        elif text is not None:
+            self.next()
+        if text is None:
+            return ast.KillStream(self.qualified_name("a stream id (connId:streamId) or a continuous query's name"))
+        match = re.fullmatch(r"(?:\d+:)?(\d+)", text.strip())
+        if match is None:
+            raise self.error("a stream id such as 3:1 (connId:streamId, as SHOW STREAMS shows it)", tok)
+        return ast.KillStream(None, int(match.group(1)))
 
     def use(self) -> ast.UseDatabase:
         self.expect_word("USE")

@@ -33,6 +33,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    func,
     insert,
     select,
     update,
@@ -112,6 +113,9 @@ streams_table = Table(
     # NOTIFY … ON_FAILURE_PAUSE: why the stream is paused (its notifications cannot be
     # delivered); no run starts until delivery succeeds again
     Column("paused", Text),
+    # a number for the stream, unique in the catalog (2.x SHOW STREAMS shows it, KILL STREAM
+    # takes it); NULL for streams created before it existed
+    Column("stream_id", Integer),
 )
 
 checkpoints_table = Table(
@@ -232,6 +236,7 @@ class StreamInfo:
     last_error: str | None = None
     resume_from: int | None = None
     paused: str | None = None
+    stream_id: int | None = None
 
     @property
     def key(self) -> str:
@@ -264,6 +269,7 @@ def _stream_info(row: Any) -> StreamInfo:
         row.last_error,
         row.resume_from,
         row.paused,
+        row.stream_id,
     )
 
 
@@ -508,6 +514,9 @@ class Catalog:
     ) -> None:
         """``created_at``: epoch ms by the creating session's clock (``now`` of a continuous
         query's WHERE), the catalog's clock by default."""
+        # numbered in the creating transaction: ids are never reused while the stream with the
+        # highest one exists (a dropped stream's id may come back only after that)
+        newest = conn.execute(select(func.max(streams_table.c.stream_id))).scalar()
         conn.execute(
             insert(streams_table).values(
                 db=db,
@@ -517,6 +526,7 @@ class Catalog:
                 created_at=_now_ms() if created_at is None else created_at,
                 start_offset=start_offset,
                 timezone=timezone,
+                stream_id=(newest or 0) + 1,
             )
         )
 
