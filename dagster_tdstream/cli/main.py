@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -25,21 +26,23 @@ from .spark import spark as spark_commands
 TIMEZONE_ENV = "TDSTREAM_TIMEZONE"
 
 
-def _fail(exc: BaseException, debug: bool) -> None:
+def _report(exc: BaseException, debug: bool) -> None:
     if debug:
         traceback.print_exception(exc)
     message = str(exc) if isinstance(exc, TDStreamError) else f"error: {type(exc).__name__}: {exc}"
     click.echo(message, err=True)
-    sys.exit(1)
 
 
 def _guarded(debug: bool, action: Callable[[], Any]) -> Any:
     try:
         return action()
-    except (TDStreamError, TimeValueError) as exc:
-        _fail(exc, debug)
     except Exception as exc:  # an unexpected failure still prints one line unless --debug
-        _fail(exc, debug)
+        _report(exc, debug)
+    # exit outside the except block: the failed call's frames (and a Spark result stream they
+    # may hold open) are released first; exiting inside it left them to interpreter shutdown,
+    # where closing the Spark Connect channel waited on that stream forever
+    gc.collect()
+    sys.exit(1)
 
 
 def _session(

@@ -158,6 +158,8 @@ def run_case(case: dict[str, Any], *, spark: Any = None) -> CaseResult:
         return CaseResult(case_id, False, str(exc), time.monotonic() - started)
     except (TDStreamError, TimeValueError) as exc:
         return CaseResult(case_id, False, str(exc), time.monotonic() - started)
+    except Exception as exc:  # a bug: counted against this case, the other cases still run
+        return CaseResult(case_id, False, f"internal error: {type(exc).__name__}: {exc}", time.monotonic() - started)
 
 
 def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
