@@ -31,7 +31,7 @@ from .errors import (
     TDStreamError,
     WriteRejectedError,
 )
-from .families import continuous_query
+from .families import continuous_query, legacy_stream
 from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
@@ -645,8 +645,8 @@ class Session:
                 return Result(message="OK (stream exists)")
             raise StreamValidationError(f"stream {db}.{name} already exists")
         self._validate_stream(stmt)
-        start_offset = self._stream_start_offset(stmt, db)
-        self._check_query_runs(stmt, db, name, start_offset)
+        start_offset = self.stream_start_offset(stmt, db)
+        self.check_query_runs(stmt, db, name, start_offset)
         with self.warehouse.catalog.transaction() as conn:
             self.warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, self.timezone.key)
         return self.told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
@@ -654,10 +654,16 @@ class Session:
     def _exec_createcontinuousquery(self, stmt: ast.CreateContinuousQuery) -> Result:
         return continuous_query.create(self, stmt)
 
+    def _exec_createlegacystream(self, stmt: ast.CreateLegacyStream) -> Result:
+        return legacy_stream.create(self, stmt)
+
+    def _exec_createsnode(self, stmt: ast.CreateSnode) -> Result:
+        return legacy_stream.create_snode(stmt)
+
     def _exec_killstream(self, stmt: ast.KillStream) -> Result:
         return continuous_query.kill(self, stmt)
 
-    def _check_query_runs(self, stmt: ast.CreateStream, db: str, name: str, start_offset: int) -> None:
+    def check_query_runs(self, stmt: ast.CreateStream, db: str, name: str, start_offset: int) -> None:
         """The stream's query translated as its runs will translate it: what this build cannot
         compute is rejected now, with its position, instead of at the first trigger."""
         from .compute.run import check_stream_query
@@ -667,7 +673,7 @@ class Session:
         info = StreamInfo(db, name, stmt.text, "Running", 0, start_offset, self.timezone.key)
         check_stream_query(self.warehouse, resolve_stream(self.warehouse, info), self.timezone)
 
-    def _stream_start_offset(self, stmt: ast.CreateStream, db: str) -> int:
+    def stream_start_offset(self, stmt: ast.CreateStream, db: str) -> int:
         """Where in the trigger table's WAL the stream starts: at its beginning when the stream
         fills history, otherwise at the next commit (data written before CREATE is history)."""
         if stmt.trigger_table is None:
@@ -684,6 +690,14 @@ class Session:
         return Result(message=f"{message}\n{tell(self.control)}")
 
     def _stream(self, name: ast.QualifiedName, if_exists: bool) -> tuple[str, str] | None:
+        if name.db is None and self.database is None:
+            # legacy stream names are not in a database: with none selected, the name alone
+            # finds the stream when one database has it
+            found = [s for s in self.warehouse.catalog.list_streams() if s.name == normalize(name.name)]
+            if len(found) == 1:
+                return found[0].db, found[0].name
+            if not found and if_exists:
+                return None
         db, stream = self.db_of(name), normalize(name.name)
         if self.warehouse.catalog.get_stream(db, stream) is None:
             if if_exists:

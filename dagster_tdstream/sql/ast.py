@@ -248,6 +248,8 @@ class Select:
     distinct: bool = False
     text: str = field(default="", compare=False, repr=False)
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
+    # ``PARTITION BY tbname AS t``: the names a legacy stream's SUBTABLE and TAGS refer to
+    partition_aliases: tuple[str | None, ...] = ()
 
 
 # --------------------------------------------------------------------------- statements
@@ -490,6 +492,56 @@ class CreateStream(Statement):
             if opt.name == name:
                 return opt
         return None
+
+
+# not a 3.3.7 option either: the legacy TRIGGER AT_ONCE, every write computes the windows it
+# touches (the engine's MAX_DELAY with no delay)
+AT_ONCE = "AT_ONCE"
+
+
+@dataclass(frozen=True)
+class LegacyTag:
+    """A tag of a legacy stream's output super table: its value is the PARTITION BY
+    expression of the same alias (or at the same position)."""
+
+    name: str
+    type: DataType
+    comment: str | None = None
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CreateLegacyStream(Statement):
+    """TDengine 3.0–3.3.6: ``CREATE STREAM s [TRIGGER …] [WATERMARK t] [IGNORE EXPIRED 0|1]
+    [DELETE_MARK t] [FILL_HISTORY 0|1 [ASYNC]] [IGNORE UPDATE 0|1] [INTO stb [(cols)]
+    [TAGS (…)] [SUBTABLE(expr)]] AS SELECT … window_clause [NOTIFY …]``: the window lives in
+    the SELECT, the options are words."""
+
+    name: QualifiedName
+    if_not_exists: bool
+    trigger: str  # AT_ONCE WINDOW_CLOSE MAX_DELAY FORCE_WINDOW_CLOSE CONTINUOUS_WINDOW_CLOSE
+    max_delay: Duration | None
+    recalculate: Duration | None
+    watermark: Duration | None
+    ignore_expired: bool
+    delete_mark: Duration | None
+    fill_history: bool
+    ignore_update: bool
+    into: QualifiedName | None
+    columns: tuple[str, ...]
+    composite_key: bool
+    tags: tuple[LegacyTag, ...]
+    subtable: Expr | None
+    query: Select
+    notification: Notification | None
+    option_pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CreateSnode(Statement):
+    """``CREATE SNODE ON DNODE n``: legacy streams ran on a stream node."""
+
+    dnode: int
 
 
 @dataclass(frozen=True)

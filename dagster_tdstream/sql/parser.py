@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from ..errors import SqlSyntaxError
 from . import ast
+from .legacy_stream import LEGACY_START_WORDS, parse_legacy_stream
 from .limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
@@ -322,6 +323,8 @@ class _Parser:
             "SELECT": self.query,
             "START": self.start_stream,
             "STOP": self.stop_stream,
+            "PAUSE": self.stop_stream,
+            "RESUME": self.start_stream,
             "RECALCULATE": self.recalculate,
             "KILL": self.kill_stream,
         }
@@ -343,7 +346,10 @@ class _Parser:
             return self.create_table(is_super=False)
         if self.accept_word("STREAM"):
             return self.create_stream()
-        raise self.error("DATABASE, STABLE, TABLE or STREAM", tok)
+        if self.accept_word("SNODE"):
+            self.expect_words("ON", "DNODE")
+            return ast.CreateSnode(self.integer("a dnode id"))
+        raise self.error("DATABASE, STABLE, TABLE, STREAM or SNODE", tok)
 
     def create_database(self) -> ast.CreateDatabase:
         if_not_exists = self.accept_words("IF", "NOT", "EXISTS")
@@ -589,14 +595,18 @@ class _Parser:
         return self.qualified_name("a stream name"), if_exists
 
     def start_stream(self) -> ast.StartStream:
-        self.expect_words("START", "STREAM")
+        """START STREAM, and the legacy RESUME STREAM (the same: the stream runs again)."""
+        self.expect_word("START", "RESUME")
+        self.expect_word("STREAM")
         if_exists = self.accept_words("IF", "EXISTS")
         ignore = self.accept_words("IGNORE", "UNTREATED")
         name = self.qualified_name("a stream name")
         return ast.StartStream(name, if_exists, ignore)
 
     def stop_stream(self) -> ast.StopStream:
-        self.expect_words("STOP", "STREAM")
+        """STOP STREAM, and the legacy PAUSE STREAM (the same: no runs until started again)."""
+        self.expect_word("STOP", "PAUSE")
+        self.expect_word("STREAM")
         name, if_exists = self.stream_name()
         return ast.StopStream(name, if_exists)
 
@@ -610,9 +620,11 @@ class _Parser:
 
     # ------------------------------------------------------------------ CREATE STREAM
 
-    def create_stream(self) -> ast.CreateStream:
+    def create_stream(self) -> ast.CreateStream | ast.CreateLegacyStream:
         if_not_exists = self.accept_words("IF", "NOT", "EXISTS")
         name = self.qualified_name("a stream name")
+        if self.peek().is_word(*LEGACY_START_WORDS):  # 3.3.7 has its trigger here
+            return parse_legacy_stream(self, name, if_not_exists)
         trigger = self.trigger()
         trigger_table = self.qualified_name() if self.accept_word("FROM") else None
         partition_by: tuple[ast.Expr, ...] = ()
@@ -879,9 +891,10 @@ class _Parser:
         if self.accept_word("FROM"):
             source = self.from_source()
         where = self.expression() if self.accept_word("WHERE") else None
-        partition_by: tuple[ast.Expr, ...] = ()
+        partitions: list[tuple[ast.Expr, str | None]] = []
         if self.accept_words("PARTITION", "BY"):
-            partition_by = tuple(self.comma_list(self.expression))
+            partitions = self.comma_list(self.partition_item)
+        partition_by = tuple(expr for expr, _ in partitions)
         window = self.query_window()
         group_by: tuple[ast.Expr, ...] = ()
         if self.accept_words("GROUP", "BY"):
@@ -924,7 +937,19 @@ class _Parser:
             distinct=distinct,
             text=self.source_text(start_index, self.i),
             pos=self.pos(start_tok),
+            partition_aliases=tuple(alias for _, alias in partitions) if any(a for _, a in partitions) else (),
         )
+
+    def partition_item(self) -> tuple[ast.Expr, str | None]:
+        """``expr [[AS] alias]``: legacy streams name partitions for SUBTABLE and TAGS."""
+        expr = self.expression()
+        if self.accept_word("AS"):
+            return expr, self.ident("an alias").name
+        if self.peek().kind is Kind.QUOTED_IDENT or (
+            self.peek().kind is Kind.IDENT and self.peek().upper not in _CLAUSE_WORDS
+        ):
+            return expr, self.next().name
+        return expr, None
 
     def select_item(self) -> ast.SelectItem:
         start = self.i

@@ -14,6 +14,7 @@ from ..errors import CatalogError
 from ..sql import ast
 from ..sql.constants import ConstantContext
 from ..sql.continuous_query import equivalent_stream
+from ..sql.legacy_stream import equivalent_stream as legacy_equivalent
 from ..sql.parser import parse_statement
 from ..sql.timeunits import parse_timestamp, resolve_timezone
 from .catalog import StreamInfo, TableInfo
@@ -29,8 +30,8 @@ class StreamDefinition:
     # the trigger table was dropped after the stream was created: TDengine keeps such a
     # stream (dropping a trigger table is "ignored"), it just has nothing to read
     trigger_missing: str | None = None
-    # how the user wrote it: a 3.3.7 ``stream`` or a 2.x ``continuous_query`` (``stmt`` is
-    # then the CREATE STREAM it is equivalent to)
+    # how the user wrote it: a 3.3.7 ``stream``, a 2.x ``continuous_query`` or a 3.0–3.3.6
+    # ``legacy_stream`` (``stmt`` is then the CREATE STREAM it is equivalent to)
     family: str = "stream"
 
     @property
@@ -78,9 +79,9 @@ class StreamDefinition:
 
 def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
     written = parse_statement(info.sql)
-    if not isinstance(written, ast.CreateStream | ast.CreateContinuousQuery):  # pragma: no cover
-        raise CatalogError(f"registry entry {info.key} is not a CREATE STREAM statement")
-    named = written.trigger_table if isinstance(written, ast.CreateStream) else _source_of(written)
+    if not isinstance(written, ast.CreateStream | ast.CreateContinuousQuery | ast.CreateLegacyStream):
+        raise CatalogError(f"registry entry {info.key} is not a CREATE STREAM statement")  # pragma: no cover
+    named = written.trigger_table if isinstance(written, ast.CreateStream) else _source_of(written.query)
     trigger_table = None
     precision = warehouse.database(info.db).precision
     missing = None
@@ -99,12 +100,16 @@ def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
         ctx = ConstantContext(precision, resolve_timezone(info.timezone), info.created_at * 10**6)
         keys = frozenset({"_c0", "_rowts", trigger_table.primary_key if trigger_table is not None else "ts"})
         stmt, family = equivalent_stream(written, ctx, keys), "continuous_query"
+    elif isinstance(written, ast.CreateLegacyStream):
+        # a legacy stream runs as the 3.3.7 stream it is equivalent to
+        key = trigger_table.primary_key if trigger_table is not None else "ts"
+        stmt, family = legacy_equivalent(written, key), "legacy_stream"
     return StreamDefinition(info, stmt, trigger_table, precision, missing, family)
 
 
-def _source_of(cq: ast.CreateContinuousQuery) -> ast.QualifiedName:
-    source = cq.query.source
-    assert isinstance(source, ast.TableSource)  # validate_continuous_query ran at CREATE
+def _source_of(query: ast.Select) -> ast.QualifiedName:
+    source = query.source
+    assert isinstance(source, ast.TableSource)  # the family's rules ran at CREATE
     return source.table
 
 

@@ -149,6 +149,8 @@ class WindowTrigger:
                         recalculated.add(start)
                         fired.append(Fired(RECALC, start, self.spec.end(start), -1))
                     continue
+                if change.kind == "update" and self.max_delay is not None:
+                    state.delayed.pop(start, None)  # a row written again changes the open window
                 if change.kind == "insert" and change.weight:
                     previous = state.counts.get(start, 0)
                     state.counts[start] = previous + change.weight

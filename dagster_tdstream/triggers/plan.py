@@ -52,6 +52,10 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
     delete_recalc = stmt.option("DELETE_RECALC") is not None
     max_delay_option = stmt.option("MAX_DELAY")
     max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
+    if stmt.option(ast.AT_ONCE) is not None:
+        # not a 3.3.7 option: the legacy TRIGGER AT_ONCE computes every window a write
+        # touches at once, which is MAX_DELAY with no delay
+        max_delay = 0
     if isinstance(trigger, ast.PeriodTrigger):
         offset = trigger.offset.nanos if trigger.offset else 0
         ticks = PointSpec(trigger.period.nanos, offset, "ns", resolve_timezone(timezone))

@@ -1,0 +1,390 @@
+"""Legacy streams (TDengine 3.0–3.3.6): their grammar, their rules, the 3.3.7 stream each one is.
+
+Owns reading ``CREATE STREAM s [TRIGGER …] [WATERMARK t] [IGNORE EXPIRED 0|1] [DELETE_MARK t]
+[FILL_HISTORY 0|1 [ASYNC]] [IGNORE UPDATE 0|1] [INTO stb [(cols)] [TAGS (…)] [SUBTABLE(e)]] AS
+SELECT … window_clause [NOTIFY …]`` (called by the parser once the words after the stream's
+name say it is the legacy form), the rules of the legacy documentation and of TDengine's tests,
+and ``equivalent_stream``: the legacy statement as the 3.3.7 ``CreateStream`` the one trigger
+engine runs. The window of the SELECT becomes the trigger; its WHERE the PRE_FILTER;
+``_wstart``/``_wend``/``_wduration`` the trigger's ``_twstart``/``_twend``/``_twduration``;
+``IGNORE EXPIRED 1`` (the default) IGNORE_DISORDER; deletes always recalculate (DELETE_RECALC);
+TRIGGER AT_ONCE and FORCE_WINDOW_CLOSE internal options of the engine (``ast.AT_ONCE``,
+``ast.FORCE_WINDOW_CLOSE``). Does not read the catalog or run anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ..errors import StreamValidationError
+from . import ast
+from .tokens import Kind
+from .walk import all_expressions, walk
+
+if TYPE_CHECKING:
+    from .parser import Parser
+
+# the words that can follow a stream's name in the legacy form (3.3.7 puts a trigger there)
+LEGACY_START_WORDS = ("TRIGGER", "WATERMARK", "IGNORE", "DELETE_MARK", "FILL_HISTORY", "INTO", "AS")
+TRIGGER_MODES = ("AT_ONCE", "WINDOW_CLOSE", "MAX_DELAY", "FORCE_WINDOW_CLOSE", "CONTINUOUS_WINDOW_CLOSE")
+# the aggregate and selector functions the legacy documentation refuses in a stream
+REFUSED_FUNCTIONS = (
+    "leastsquares", "percentile", "top", "bottom", "elapsed", "interp", "derivative", "irate", "twa",
+    "histogram", "diff", "statecount", "stateduration", "csum", "mavg", "sample", "tail", "unique", "mode",
+)  # fmt: skip
+WINDOW_NAMES = {"_wstart": "_twstart", "_wend": "_twend", "_wduration": "_twduration"}
+OPTION_WORDS = ("TRIGGER", "WATERMARK", "IGNORE EXPIRED", "IGNORE UPDATE", "DELETE_MARK", "FILL_HISTORY")
+MIN_MAX_DELAY_NS = 5 * 10**9
+
+
+def parse_legacy_stream(p: Parser, name: ast.QualifiedName, if_not_exists: bool) -> ast.CreateLegacyStream:
+    trigger, max_delay, recalculate = "WINDOW_CLOSE", None, None
+    watermark = delete_mark = None
+    ignore_expired = ignore_update = True
+    fill_history = False
+    positions: dict[str, ast.Pos] = {}
+    while not p.peek().is_word("INTO", "AS"):
+        tok = p.peek()
+        if tok.kind is Kind.END:
+            raise p.error("INTO or AS")
+        word = tok.upper
+        if word == "IGNORE":
+            p.next()
+            kind_tok = p.peek()
+            if not kind_tok.is_word("EXPIRED", "UPDATE"):
+                raise p.error("EXPIRED or UPDATE after IGNORE")
+            p.next()
+            word = f"IGNORE {kind_tok.upper}"
+        elif word in ("TRIGGER", "WATERMARK", "DELETE_MARK", "FILL_HISTORY"):
+            p.next()
+        else:
+            raise p.error(f"a stream option ({', '.join(OPTION_WORDS)}), INTO or AS")
+        if word in positions:
+            raise p.fail_at(f"stream option {word} given twice", tok)
+        positions[word] = p.pos(tok)
+        if word == "TRIGGER":
+            mode_tok = p.peek()
+            if not mode_tok.is_word(*TRIGGER_MODES):
+                raise p.error("a trigger mode (" + ", ".join(TRIGGER_MODES) + ")")
+            p.next()
+            trigger = mode_tok.upper
+            if trigger == "MAX_DELAY":
+                max_delay = p.duration("a MAX_DELAY such as 5s")
+            elif trigger == "CONTINUOUS_WINDOW_CLOSE" and p.accept_word("RECALCULATE"):
+                recalculate = p.duration("a recalculation period such as 1h")
+        elif word == "WATERMARK":
+            watermark = p.duration("a WATERMARK such as 10s")
+        elif word == "DELETE_MARK":
+            delete_mark = p.duration("a DELETE_MARK such as 1d")
+        else:
+            flag = _flag(p, word)
+            if word == "FILL_HISTORY":
+                fill_history = flag
+                p.accept_word("ASYNC")
+            elif word == "IGNORE EXPIRED":
+                ignore_expired = flag
+            else:
+                ignore_update = flag
+    into = None
+    columns: list[str] = []
+    composite_key = False
+    tags: list[ast.LegacyTag] = []
+    subtable = None
+    if p.accept_word("INTO"):
+        into = p.qualified_name("an output super table name")
+        if p.accept_op("("):
+            while True:
+                columns.append(p.ident("an output column name").name)
+                key_tok = p.peek()
+                if p.accept_words("COMPOSITE", "KEY") or p.accept_words("PRIMARY", "KEY"):
+                    if len(columns) != 2:
+                        raise p.fail_at(f"{key_tok.upper} KEY can only mark the second column", key_tok)
+                    composite_key = True
+                if not p.accept_op(","):
+                    break
+            p.expect_op(")")
+        if p.accept_word("TAGS"):
+            tags = p.parenthesized(lambda: _tag(p))
+        if p.accept_word("SUBTABLE"):
+            p.expect_op("(")
+            subtable = p.expression()
+            p.expect_op(")")
+    p.expect_word("AS")
+    query = p.select()
+    notification = p.notification() if p.peek().is_word("NOTIFY") else None
+    return ast.CreateLegacyStream(
+        name=name,
+        if_not_exists=if_not_exists,
+        trigger=trigger,
+        max_delay=max_delay,
+        recalculate=recalculate,
+        watermark=watermark,
+        ignore_expired=ignore_expired,
+        delete_mark=delete_mark,
+        fill_history=fill_history,
+        ignore_update=ignore_update,
+        into=into,
+        columns=tuple(columns),
+        composite_key=composite_key,
+        tags=tuple(tags),
+        subtable=subtable,
+        query=query,
+        notification=notification,
+        option_pos=positions,
+    )
+
+
+def _flag(p: Parser, word: str) -> bool:
+    tok = p.peek()
+    if tok.kind is Kind.NUMBER and tok.text in ("0", "1"):
+        p.next()
+        return tok.text == "1"
+    raise p.error(f"0 or 1 after {word}")
+
+
+def _tag(p: Parser) -> ast.LegacyTag:
+    tok = p.peek()
+    name = p.ident("a tag name").name
+    dtype = p.data_type()
+    comment = p.string() if p.accept_word("COMMENT") else None
+    return ast.LegacyTag(name, dtype, comment, p.pos(tok))
+
+
+def _error(stmt: ast.CreateLegacyStream, message: str, pos: ast.Pos | None = None) -> StreamValidationError:
+    where = pos if pos is not None and pos.line else stmt.query.pos
+    return StreamValidationError(message, line=where.line or None, column=where.column or None, statement=stmt.text)
+
+
+def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
+    """The legacy rules that the statement alone decides, each with its position."""
+    query = stmt.query
+    window = query.window
+    opt = stmt.option_pos.get
+    if not isinstance(query.source, ast.TableSource):
+        raise _error(stmt, "a legacy stream reads one table (FROM a table or super table)", query.pos)
+    if query.group_by:
+        raise _error(stmt, "a stream's query groups by its window: GROUP BY is not allowed", query.group_by[0].pos)
+    for clause, present in (
+        ("ORDER BY", query.order_by),
+        ("LIMIT", query.limit is not None),
+        ("SLIMIT", query.slimit is not None),
+    ):
+        if present:
+            raise _error(stmt, f"{clause} is not allowed in a stream's query")
+    for part in query.partition_by:
+        if not isinstance(part, ast.Column):
+            raise _error(
+                stmt,
+                "not built yet: PARTITION BY an expression; a stream here groups by tbname or tags",
+                part.pos,
+            )
+    if window is None:
+        raise _error(
+            stmt,
+            "not built yet: a legacy stream without a window clause (each row transformed as it arrives);"
+            " give INTERVAL, SESSION, STATE_WINDOW, EVENT_WINDOW or COUNT_WINDOW",
+        )
+    if query.having is not None and not isinstance(window, ast.IntervalWindow):
+        raise _error(stmt, "HAVING is allowed only with INTERVAL in a stream's query", query.having.pos)
+    if (
+        isinstance(window, ast.IntervalWindow)
+        and window.fill is not None
+        and stmt.trigger not in ("FORCE_WINDOW_CLOSE",)
+    ):
+        raise _error(stmt, "FILL in a legacy stream needs TRIGGER FORCE_WINDOW_CLOSE")
+    for node in all_expressions(query):
+        if isinstance(node, ast.Func) and node.name in REFUSED_FUNCTIONS:
+            raise _error(
+                stmt,
+                f"function {node.name}() is not allowed in a stream"
+                f" (the legacy streams refuse {', '.join(REFUSED_FUNCTIONS)})",
+                node.pos,
+            )
+    if query.where is not None:
+        for node in walk(query.where):
+            if isinstance(node, ast.Column) and node.name.lower() in WINDOW_NAMES:
+                raise _error(stmt, f"{node.name} is a window pseudo-column: it cannot be used in WHERE", node.pos)
+    names = [item.alias or item.text for item in query.items]
+    seen: set[str] = set()
+    for item, name in zip(query.items, names, strict=True):
+        if name.lower() in seen:
+            raise _error(stmt, f"duplicate output column name {name!r}", item.expr.pos)
+        seen.add(name.lower())
+    if stmt.columns and len(set(c.lower() for c in stmt.columns)) != len(stmt.columns):
+        raise _error(stmt, "duplicate column name in the output column list", stmt.query.pos)
+    if stmt.max_delay is not None and stmt.max_delay.nanos < MIN_MAX_DELAY_NS:
+        raise _error(stmt, f"MAX_DELAY {stmt.max_delay} is shorter than the minimum 5s", opt("TRIGGER"))
+    sliding = window.sliding if isinstance(window, ast.IntervalWindow) else None
+    if isinstance(window, ast.IntervalWindow) and sliding is not None and sliding.nanos > window.interval.nanos:
+        raise _error(stmt, f"SLIDING {window.sliding} is longer than INTERVAL {window.interval}")
+    if stmt.trigger in ("FORCE_WINDOW_CLOSE", "CONTINUOUS_WINDOW_CLOSE") and not isinstance(window, ast.IntervalWindow):
+        raise _error(stmt, f"TRIGGER {stmt.trigger} needs an INTERVAL window", opt("TRIGGER"))
+    if stmt.trigger == "FORCE_WINDOW_CLOSE":
+        assert isinstance(window, ast.IntervalWindow)
+        if stmt.fill_history:
+            raise _error(stmt, "TRIGGER FORCE_WINDOW_CLOSE needs FILL_HISTORY 0", opt("FILL_HISTORY"))
+        if "IGNORE EXPIRED" in stmt.option_pos and not stmt.ignore_expired:
+            raise _error(stmt, "TRIGGER FORCE_WINDOW_CLOSE needs IGNORE EXPIRED 1", opt("IGNORE EXPIRED"))
+        if "IGNORE UPDATE" in stmt.option_pos and not stmt.ignore_update:
+            raise _error(stmt, "TRIGGER FORCE_WINDOW_CLOSE needs IGNORE UPDATE 1", opt("IGNORE UPDATE"))
+        if window.fill is not None and window.fill.mode not in ("PREV", "NULL", "NONE", "VALUE", "NULL_F", "VALUE_F"):
+            raise _error(
+                stmt, f"TRIGGER FORCE_WINDOW_CLOSE allows FILL PREV, NULL, NONE and VALUE, not {window.fill.mode}"
+            )
+    if isinstance(window, ast.CountWindow):
+        # TDengine's tests: a count window needs a WATERMARK and IGNORE EXPIRED 1
+        if stmt.watermark is None:
+            raise _error(stmt, "COUNT_WINDOW streams need a WATERMARK", query.pos)
+        if not stmt.ignore_expired:
+            raise _error(stmt, "COUNT_WINDOW streams need IGNORE EXPIRED 1", opt("IGNORE EXPIRED"))
+    if len(stmt.tags) and query.partition_by and len(stmt.tags) != len(query.partition_by):
+        raise _error(
+            stmt,
+            f"TAGS names {len(stmt.tags)} tags but PARTITION BY has {len(query.partition_by)} expressions",
+            stmt.tags[0].pos,
+        )
+    if stmt.tags and not query.partition_by:
+        raise _error(stmt, "TAGS take their values from PARTITION BY: the query has none", stmt.tags[0].pos)
+
+
+def needs_tbname_partition(stmt: ast.CreateLegacyStream) -> bool:
+    """STATE, EVENT and COUNT windows over a super table need PARTITION BY tbname (checked
+    where the table's kind is known)."""
+    window = stmt.query.window
+    if not isinstance(window, ast.StateWindow | ast.EventWindow | ast.CountWindow):
+        return False
+    return not any(isinstance(e, ast.Column) and e.name.lower() == "tbname" for e in stmt.query.partition_by)
+
+
+def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> ast.CreateStream:
+    """The 3.3.7 stream the legacy statement is (see the module docstring)."""
+    query = stmt.query
+    window = query.window
+    assert window is not None and isinstance(query.source, ast.TableSource)  # validated at CREATE
+    options: list[ast.StreamOption] = [ast.StreamOption("DELETE_RECALC")]
+    if stmt.ignore_expired:
+        options.append(ast.StreamOption("IGNORE_DISORDER"))
+    if stmt.fill_history:
+        options.append(ast.StreamOption("FILL_HISTORY"))
+    if stmt.watermark is not None:
+        options.append(ast.StreamOption("WATERMARK", duration=stmt.watermark))
+    if stmt.trigger == "AT_ONCE":
+        options.append(ast.StreamOption(ast.AT_ONCE))
+    elif stmt.trigger == "MAX_DELAY":
+        options.append(ast.StreamOption("MAX_DELAY", duration=stmt.max_delay))
+    elif stmt.trigger == "FORCE_WINDOW_CLOSE":
+        options.append(ast.StreamOption(ast.FORCE_WINDOW_CLOSE))
+    if query.where is not None:
+        options.append(ast.StreamOption("PRE_FILTER", expr=query.where))
+    # unaliased items keep the name they were written with (``_wstart``, not ``_twstart``)
+    items = tuple(ast.SelectItem(_trigger_names(item.expr), item.alias, item.text) for item in query.items)
+    first = query.items[0].expr if query.items else None
+    if not (isinstance(first, ast.Column) and first.name.lower() in ("_wstart", timestamp_column.lower())):
+        # the legacy engine puts the window start first when the query does not
+        taken = {(item.alias or "").lower() for item in items}
+        items = (
+            ast.SelectItem(ast.Column("_twstart"), "_wstart" if "_wstart" not in taken else "_twstart", "_wstart"),
+            *items,
+        )
+    stream_query = ast.Select(
+        items=items,
+        source=ast.PlaceholderSource(ast.Placeholder("trows")),
+        having=_trigger_names(query.having) if query.having is not None else None,
+        text=query.text,
+        pos=query.pos,
+    )
+    partition = query.partition_by
+    tags = tuple(
+        ast.OutputTag(tag.name, tag.type, _partition_value(stmt, i, tag.name), tag.comment)
+        for i, tag in enumerate(stmt.tags)
+    )
+    return ast.CreateStream(
+        name=stmt.name,
+        if_not_exists=stmt.if_not_exists,
+        trigger=_trigger(window),
+        trigger_table=query.source.table,
+        partition_by=partition,
+        options=tuple(options),
+        notification=stmt.notification,
+        into=stmt.into,
+        output_subtable=_placeholders(stmt, stmt.subtable) if stmt.subtable is not None else None,
+        columns=stmt.columns,
+        composite_key=stmt.composite_key,
+        tags=tags,
+        query=stream_query,
+        pos=stmt.pos,
+        text=stmt.text,
+    )
+
+
+def _trigger(window: ast.QueryWindow) -> ast.Trigger:
+    if isinstance(window, ast.IntervalWindow):
+        return ast.SlidingTrigger(
+            sliding=window.sliding or window.interval, interval=window.interval, interval_offset=window.offset
+        )
+    if isinstance(window, ast.SessionWindow):
+        gap = window.gap
+        assert isinstance(gap, ast.DurationLiteral)
+        return ast.SessionTrigger(window.column, gap.duration)
+    if isinstance(window, ast.StateWindow):
+        return ast.StateTrigger(window.expr, window.true_for)
+    if isinstance(window, ast.EventWindow):
+        return ast.EventTrigger(window.start, window.end, window.true_for)
+    return ast.CountTrigger(window.count, window.sliding, window.columns)
+
+
+def _trigger_names(expr: ast.Expr) -> ast.Expr:
+    """``_wstart`` → ``_twstart`` (and ``_wend``, ``_wduration``) everywhere in the expression."""
+    return _rewrite(
+        expr,
+        lambda node: (
+            ast.Column(WINDOW_NAMES[node.name.lower()], pos=node.pos)
+            if isinstance(node, ast.Column) and node.name.lower() in WINDOW_NAMES
+            else None
+        ),
+    )
+
+
+def _partition_value(stmt: ast.CreateLegacyStream, index: int, name: str) -> ast.Expr:
+    """A tag's value: the PARTITION BY expression aliased as the tag, else the one at its
+    position — as the trigger's group value ``%%n``."""
+    aliases = [a.lower() if a else None for a in stmt.query.partition_aliases] or [None] * len(stmt.query.partition_by)
+    position = aliases.index(name.lower()) if name.lower() in aliases else index
+    return ast.Placeholder(str(position + 1))
+
+
+def _placeholders(stmt: ast.CreateLegacyStream, expr: ast.Expr) -> ast.Expr:
+    """SUBTABLE's references to PARTITION BY aliases or expressions as the group values
+    ``%%n`` a 3.3.7 OUTPUT_SUBTABLE reads."""
+    partition = stmt.query.partition_by
+    aliases = [a.lower() if a else None for a in stmt.query.partition_aliases] or [None] * len(partition)
+
+    def replace(node: ast.Expr) -> ast.Expr | None:
+        if not isinstance(node, ast.Column):
+            return None
+        name = node.name.lower()
+        if name in aliases:
+            return ast.Placeholder(str(aliases.index(name) + 1), pos=node.pos)
+        for i, part in enumerate(partition):
+            if isinstance(part, ast.Column) and part.name.lower() == name:
+                return ast.Placeholder(str(i + 1), pos=node.pos)
+        return None
+
+    return _rewrite(expr, replace)
+
+
+def _rewrite(expr: ast.Expr, replace: object) -> ast.Expr:
+    """``expr`` with every node ``replace`` returns a new node for replaced (bottom-up)."""
+    assert callable(replace)
+    found = replace(expr)
+    if found is not None:
+        return found
+    changes = {}
+    for field in dataclasses.fields(expr):
+        value = getattr(expr, field.name)
+        if isinstance(value, ast.Expr):
+            changes[field.name] = _rewrite(value, replace)
+        elif isinstance(value, tuple) and value and all(isinstance(v, ast.Expr) for v in value):
+            changes[field.name] = tuple(_rewrite(v, replace) for v in value)
+    return dataclasses.replace(expr, **changes) if changes else expr

@@ -1,0 +1,126 @@
+"""Legacy streams (TDengine 3.0–3.3.6): the old CREATE STREAM syntax, its rules, and its runs on
+the one trigger engine (real Spark, Delta and Dagster runs through the harness)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream.errors import TDStreamError
+from dagster_tdstream.sql import ast
+from dagster_tdstream.sql.legacy_stream import equivalent_stream
+from dagster_tdstream.sql.parser import parse_statement
+from dagster_tdstream.storage.registry import load_streams
+
+from .conftest import output
+
+T0 = 1_648_791_213_000
+
+
+def _setup(session: Session) -> None:
+    session.execute(
+        "create database lg; use lg;"
+        "create stable st (ts timestamp, a int, b int) tags (ta int, tb int);"
+        "create table t1 using st tags (1, 1); create table t2 using st tags (2, 2);"
+    )
+
+
+def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
+    legacy = parse_statement(
+        "create stream s trigger max_delay 5s watermark 2s ignore expired 0 fill_history 1 into out"
+        " tags (grp varchar(10)) subtable(concat('sub-', grp)) as select count(*) n, _wend e"
+        " from st where a > 0 partition by tbname as grp interval(10s) sliding(5s)"
+    )
+    assert isinstance(legacy, ast.CreateLegacyStream)
+    stream = equivalent_stream(legacy, "ts")
+    assert stream.trigger == ast.SlidingTrigger(
+        sliding=ast.Duration(5, "s"), interval=ast.Duration(10, "s"), interval_offset=None
+    )
+    names = {option.name for option in stream.options}
+    assert names == {"DELETE_RECALC", "FILL_HISTORY", "WATERMARK", "MAX_DELAY", "PRE_FILTER"}
+    assert "IGNORE_DISORDER" not in names  # IGNORE EXPIRED 0: late rows recalculate
+    # the window start first (the query did not put it there), _wend as the trigger's _twend
+    assert [(item.alias, item.text) for item in stream.query.items] == [
+        ("_wstart", "_wstart"),
+        ("n", "count(*)"),
+        ("e", "_wend"),
+    ]  # type: ignore[union-attr]
+    assert stream.query.items[2].expr == ast.Column("_twend")  # type: ignore[union-attr]
+    assert stream.tags[0].expr == ast.Placeholder("1") and stream.output_subtable is not None
+    assert ast.Placeholder("1") in stream.output_subtable.args  # type: ignore[union-attr]
+    paused = parse_statement("pause stream if exists s")
+    resumed = parse_statement("resume stream ignore untreated s")
+    assert paused == ast.StopStream(ast.QualifiedName("s"), True)
+    assert resumed == ast.StartStream(ast.QualifiedName("s"), False, True)
+
+
+@pytest.mark.parametrize(
+    ("statement", "message"),
+    [
+        ("create stream s into o as select _wstart, count(*) c, count(*) c from t1 interval(10s)", "duplicate output column name 'c'"),
+        ("create stream s into o as select _wend, count(*) from st where _wstart > 0 interval(30s)", "_wstart is a window pseudo-column"),
+        ("create stream s into o as select _wstart, count(*) from st session(ts, 5s) having count(*) > 2", "HAVING is allowed only with INTERVAL"),
+        ("create stream s trigger max_delay 1s into o as select _wstart, count(*) from t1 interval(10s)", "MAX_DELAY 1s is shorter than the minimum 5s"),
+        ("create stream s trigger force_window_close into o as select _wstart, count(*) from t1 interval(5s) sliding(6s)", "SLIDING 6s is longer than INTERVAL 5s"),
+        ("create stream s trigger continuous_window_close into o as select _wstart, count(*) from st partition by tbname count_window(10)", "needs an INTERVAL window"),
+        ("create stream s ignore expired 0 into o as select _wstart, count(*) from st state_window(a)", "needs PARTITION BY tbname"),
+        ("create stream s into o as select _wstart, count(*) from t1 count_window(3)", "COUNT_WINDOW streams need a WATERMARK"),
+        ("create stream s ignore expired 0 watermark 1s into o as select _wstart, count(*) from t1 count_window(3)", "COUNT_WINDOW streams need IGNORE EXPIRED 1"),
+        ("create stream s into o as select _wstart, mavg(a, 2) from t1 interval(10s)", "function mavg() is not allowed in a stream"),
+        ("create stream s into o as select count(*) from st group by ta", "GROUP BY is not allowed"),
+        ("create stream s into o as select _wstart, count(*) from nope interval(10s)", "nope"),
+        ("create stream s ignore update 2 into o as select _wstart, count(*) from t1 interval(10s)", "expected 0 or 1 after IGNORE UPDATE"),
+    ],
+)  # fmt: skip
+def test_legacy_rules_reject_with_a_position_and_create_nothing(
+    sql_session: Session, statement: str, message: str
+) -> None:
+    _setup(sql_session)
+    with pytest.raises(TDStreamError, match=re.escape(message)) as caught:
+        sql_session.execute(statement)
+    assert "line 1" in str(caught.value)
+    assert load_streams(sql_session.warehouse) == []
+    assert sql_session.warehouse.find_table("lg", "o") is None
+
+
+def test_at_once_writes_each_window_as_rows_arrive_and_updates_recalculate(
+    session: Session, harness: StreamHarness
+) -> None:
+    """TRIGGER AT_ONCE (the legacy default of most of TDengine's tests): the window's row is
+    written with the first row and rewritten with every later one, before the window closes."""
+    _setup(session)
+    session.execute(
+        "create stream s trigger at_once ignore expired 0 ignore update 0 into out as"
+        " select _wstart, count(*) c1, sum(a) c3 from st partition by tbname interval(10s)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 1, 1) t2 values ({T0}, 2, 2)")
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select c1, c3 from out")) == [(1, 1), (1, 2)]
+    session.execute(f"insert into t1 values ({T0 + 1000}, 5, 5)")
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select c1, c3 from out")) == [(1, 2), (2, 6)]
+    session.execute(f"insert into t1 values ({T0}, 10, 10)")  # an update of the first row
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select c1, c3 from out")) == [(1, 2), (2, 15)]
+
+
+def test_window_close_default_pause_and_resume(session: Session, harness: StreamHarness) -> None:
+    """Without TRIGGER a legacy stream writes a window when a later row closes it; PAUSE STREAM
+    holds its runs, RESUME [IGNORE UNTREATED] lets them go (or skips what was written since)."""
+    _setup(session)
+    session.execute("create stream s into out as select count(*) n, max(a) m from t1 interval(10s)")
+    session.execute(f"insert into t1 values ({T0}, 1, 1) ({T0 + 10_000}, 2, 2)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(1648791210000, 1, 1)]
+    # legacy stream names are not per database: a session with none selected finds it
+    Session(session.warehouse, timezone="UTC", spark=session.spark).execute("pause stream s")
+    session.execute(f"insert into t1 values ({T0 + 20_000}, 3, 3)")
+    harness.run_until_idle()
+    assert len(output(session, "select * from out")) == 1
+    session.execute("resume stream s")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select n, m from out") == [(1, 1), (1, 2)]
+    assert session.query("show streams").rows[0][0] == "s"
+    assert session.execute("create snode on dnode 1")[0].message.startswith("Create OK")
