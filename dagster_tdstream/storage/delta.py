@@ -10,6 +10,7 @@ Must not decide *whether* to append or merge, nor know about child tables and ta
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -34,6 +35,7 @@ class DeltaStore:
     def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
         self.root = root.rstrip("/")
         self.storage_options = storage_options
+        self._handles = threading.local()  # delta-rs handles are not shared between threads
 
     def uri(self, db: str, table: str) -> str:
         return f"{self.root}/{db}/{table}"
@@ -49,14 +51,43 @@ class DeltaStore:
         )
 
     def open(self, db: str, table: str) -> DeltaTable:
+        """A new handle on the table's newest snapshot (callers may move it to a version)."""
         return DeltaTable(self.uri(db, table), storage_options=self.storage_options)
 
+    def current(self, db: str, table: str) -> DeltaTable:
+        """The newest snapshot through a handle kept per thread and brought up to date by
+        reading only the log entries added since: opening a table replays its whole log,
+        which was most of a small INSERT's time. Callers must not move it to a version.
+        A table dropped and created again (by any process) is a new first log entry, so
+        a handle on the old one is never reused."""
+        uri = self.uri(db, table)
+        if not is_local(uri):
+            return self.open(db, table)
+        try:
+            first = (local_path(uri) / "_delta_log" / f"{0:020}.json").stat()
+        except FileNotFoundError:  # no table, or its first entries were cleaned up
+            return self.open(db, table)
+        identity = (first.st_dev, first.st_ino, first.st_mtime_ns, first.st_size)
+        handles: dict[str, tuple[tuple[int, ...], DeltaTable]] = self._handles.__dict__.setdefault("tables", {})
+        cached = handles.get(uri)
+        if cached is not None and cached[0] == identity:
+            cached[1].update_incremental()
+            return cached[1]
+        dt = self.open(db, table)
+        handles[uri] = (identity, dt)
+        return dt
+
+    def open_at(self, db: str, table: str, version: int) -> DeltaTable:
+        """A new handle on the table as of ``version``."""
+        return DeltaTable(self.uri(db, table), version=version, storage_options=self.storage_options)
+
     def version(self, db: str, table: str) -> int:
-        return self.open(db, table).version()
+        return self.current(db, table).version()
 
     def append(self, db: str, table: str, rows: pa.Table) -> int:
-        write_deltalake(self.uri(db, table), rows, mode="append", storage_options=self.storage_options)
-        return self.version(db, table)
+        dt = self.current(db, table)
+        write_deltalake(dt, rows, mode="append")
+        return dt.version()  # the handle follows its own commit
 
     def upsert(
         self, db: str, table: str, rows: pa.Table, keys: tuple[str, ...], delete_unmatched: str | None = None
@@ -65,7 +96,7 @@ class DeltaStore:
         ``delete_unmatched`` (a predicate on target ``t``) also removes, in the same commit,
         target rows it matches that the new rows do not replace."""
         predicate = " AND ".join(f't."{k}" = s."{k}"' for k in keys)
-        dt = self.open(db, table)
+        dt = self.current(db, table)
         merger = (
             dt.merge(rows, predicate, source_alias="s", target_alias="t")
             .when_matched_update_all()
@@ -78,7 +109,7 @@ class DeltaStore:
 
     def delete(self, db: str, table: str, predicate: str) -> tuple[int, int]:
         """Delete matching rows; returns (rows deleted, version)."""
-        dt = self.open(db, table)
+        dt = self.current(db, table)
         metrics = dt.delete(predicate)
         return int(metrics.get("num_deleted_rows", 0)), dt.version()
 
@@ -90,9 +121,7 @@ class DeltaStore:
         filters: list[tuple[str, str, object]] | None = None,
         version: int | None = None,
     ) -> pa.Table:
-        dt = self.open(db, table)
-        if version is not None:
-            dt.load_as_version(version)
+        dt = self.current(db, table) if version is None else self.open_at(db, table, version)
         return dt.to_pyarrow_table(columns=columns, filters=filters)
 
     def file_uris(
@@ -102,9 +131,7 @@ class DeltaStore:
         with ``key_range`` (column, low, high) only the files whose statistics say they may
         hold a value of that column in [low, high] — a batch of a stream reads the few files
         its windows span, not every file the table ever got (Spark lists and opens each)."""
-        dt = self.open(db, table)
-        if version is not None:
-            dt.load_as_version(version)
+        dt = self.current(db, table) if version is None else self.open_at(db, table, version)
         files = dt.file_uris()
         if key_range is None:
             return files
@@ -138,5 +165,5 @@ class DeltaStore:
     def change_feed(self, db: str, table: str, start: int, end: int | None = None) -> pa.Table:
         """Rows inserted, updated or deleted in versions [start, end] with ``_change_type``
         and ``_commit_version`` (the WAL records of those offsets)."""
-        reader = self.open(db, table).load_cdf(starting_version=start, ending_version=end)
+        reader = self.current(db, table).load_cdf(starting_version=start, ending_version=end)
         return pa.table(reader)
