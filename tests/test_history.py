@@ -3,11 +3,12 @@ Spark bulk path giving the same windows as the incremental engine."""
 
 from __future__ import annotations
 
+import pytest
 from dagster import DagsterRunStatus, RunsFilter
 from sqlalchemy import select
 
 from dagster_tdstream import Session, StreamHarness
-from dagster_tdstream.compute.bulk import derive_windows
+from dagster_tdstream.compute.bulk import LOCAL_ROWS, derive_windows
 from dagster_tdstream.storage.catalog import triggers_table
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
@@ -88,7 +89,10 @@ def test_a_late_row_merging_two_sessions_retracts_the_vanished_window(session: S
     ]
 
 
-def test_spark_bulk_windows_equal_the_engine_replay(session: Session, spark: object) -> None:
+@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
+def test_bulk_windows_equal_the_engine_replay(session: Session, spark: object, local_rows: int) -> None:
+    """Both bulk paths (the Spark job for large tables, this process for small ones) run the
+    per-group function over the same rows: the same windows as the sensor's replay."""
     session.execute(
         "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
         "create table a using st tags (1); create table b using st tags (2);"
@@ -98,7 +102,7 @@ def test_spark_bulk_windows_equal_the_engine_replay(session: Session, spark: obj
         "into sw_out as select _twstart, count(*) from %%trows"
     )
     stream = load_stream(session.warehouse, "d.sw")
-    derived = derive_windows(spark, session.warehouse, stream)
+    derived = derive_windows(spark, session.warehouse, stream, local_rows=local_rows)
     bulk = sorted(
         (t["group_values"], t["wstart"], t["wend"], t["row_count"])
         for t in derived.triggers

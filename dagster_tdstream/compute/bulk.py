@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import QueryError
 from ..storage.registry import StreamDefinition
@@ -31,6 +32,7 @@ from ..triggers.tick import group_identities, queue_record
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
 _ALL = "__all"  # the single group of a stream without PARTITION BY
+LOCAL_ROWS = 200_000  # trigger tables up to this size are derived in this process
 
 
 @dataclass(frozen=True)
@@ -108,16 +110,25 @@ _ARROW_OUTPUT = pa.schema(
 
 
 def derive_windows(
-    spark: Any, warehouse: Warehouse, stream: StreamDefinition, *, version: int | None = None
+    spark: Any,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    *,
+    version: int | None = None,
+    local_rows: int = LOCAL_ROWS,
 ) -> Derived:
     """Every group's windows from the trigger table's data (as of WAL offset ``version``, or
-    now) in one Spark job, with each group's final trigger state."""
+    now) in one Spark job — in this process for a table of at most ``local_rows`` rows —
+    with each group's final trigger state."""
     table = stream.trigger_table
     if table is None:
         raise QueryError(
             f"stream {stream.key} cannot derive windows: its trigger table {stream.trigger_missing} was dropped"
         )
     trigger = stream_trigger(stream)
+    local = _local_windows(warehouse, stream, version, local_rows)
+    if local is not None:
+        return _derived(warehouse, stream, local)
     from pyspark.sql import functions as F
 
     frame = table_frame(spark, warehouse, table, version)
@@ -146,6 +157,44 @@ def derive_windows(
     else:
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
+    return _derived(warehouse, stream, result)
+
+
+def _local_windows(warehouse: Warehouse, stream: StreamDefinition, version: int | None, limit: int) -> pa.Table | None:
+    """A trigger table of at most ``limit`` rows derived in this process, each group
+    through the same function the Spark UDF runs (a Spark job with a Python UDF costs
+    seconds of scheduling and worker start whatever its size); None for larger tables."""
+    table = stream.trigger_table
+    assert table is not None
+    rows = warehouse.stored_rows(table, version)
+    if rows is None or rows > limit:
+        return None
+    data = warehouse.read_table(table, version) if rows else None
+    if data is None or data.num_rows == 0:
+        return _no_windows()
+    if "tbname" not in data.column_names:
+        data = data.append_column("tbname", pa.array([table.name] * data.num_rows, pa.string()))
+    admission = stream_admission(stream)
+    if admission.history_start is not None:
+        data = data.filter(pc.greater_equal(data[table.primary_key], admission.history_start))
+    trigger = stream_trigger(stream)
+    per_group = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
+    columns = list(stream.group_columns)
+    if not columns:
+        return per_group(data)
+    # each group's row positions in one pass, then each group's rows taken out
+    indexed = data.select(columns).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
+    positions = indexed.group_by(columns, use_threads=False).aggregate([("__row", "list")])
+    parts = [per_group(data.take(rows)) for rows in positions.column("__row_list").to_pylist()]
+    return pa.concat_tables(parts) if parts else _no_windows()
+
+
+def _no_windows() -> pa.Table:
+    return pa.table({f.name: pa.array([], f.type) for f in _ARROW_OUTPUT}, schema=_ARROW_OUTPUT)
+
+
+def _derived(warehouse: Warehouse, stream: StreamDefinition, result: pa.Table) -> Derived:
+    """The UDF's rows (from Spark or from this process) as queue rows and group states."""
     fired_at = time.time_ns()
     columns_out = {name: result.column(name).to_pylist() for name in result.column_names}
     keys = list(dict.fromkeys(columns_out["group_key"]))

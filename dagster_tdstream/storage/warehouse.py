@@ -340,6 +340,16 @@ class Warehouse:
         highs = [v for v in actions.column(high).to_pylist() if v is not None]
         return (min(lows), max(highs)) if lows and highs else None
 
+    def stored_rows(self, info: TableInfo, version: int | None = None) -> int | None:
+        """How many rows the table's storage holds (all child tables of a super table), from
+        the Delta log's file statistics — no data read; None when a file has none."""
+        dt = self.delta.current(info.db, info.storage_name) if version is None else None
+        actions = (dt or self.delta.open_at(info.db, info.storage_name, version)).get_add_actions(flatten=True)
+        if "num_records" not in actions.schema.names:
+            return None if actions.num_rows else 0
+        counts = actions.column("num_records").to_pylist()
+        return None if any(c is None for c in counts) else int(sum(counts))
+
     def read_table(self, info: TableInfo, version: int | None = None) -> pa.Table:
         """A table's rows (current, or as of WAL offset ``version``) as Arrow, tags joined for
         super and child tables; for the sensor's re-derivation, tests and small tools —
