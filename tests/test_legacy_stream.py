@@ -39,7 +39,10 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         sliding=ast.Duration(5, "s"), interval=ast.Duration(10, "s"), interval_offset=None
     )
     names = {option.name for option in stream.options}
-    assert names == {"DELETE_RECALC", "FILL_HISTORY", "WATERMARK", "MAX_DELAY", "PRE_FILTER"}
+    assert names == {
+        "DELETE_RECALC", "FILL_HISTORY", "WATERMARK", "MAX_DELAY", "PRE_FILTER",
+        ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW,
+    }  # fmt: skip
     assert "IGNORE_DISORDER" not in names  # IGNORE EXPIRED 0: late rows recalculate
     # the window start first (the query did not put it there), _wend as the trigger's _twend
     assert [(item.alias, item.text) for item in stream.query.items] == [
@@ -113,7 +116,8 @@ def test_window_close_default_pause_and_resume(session: Session, harness: Stream
     session.execute("create stream s into out as select count(*) n, max(a) m from t1 interval(10s)")
     session.execute(f"insert into t1 values ({T0}, 1, 1) ({T0 + 10_000}, 2, 2)")
     assert harness.run_until_idle().failures == []
-    assert output(session, "select * from out") == [(1648791210000, 1, 1)]
+    # the output is a super table tagged with the group id (0: no PARTITION BY)
+    assert output(session, "select * from out") == [(1648791210000, 1, 1, 0)]
     # legacy stream names are not per database: a session with none selected finds it
     Session(session.warehouse, timezone="UTC", spark=session.spark).execute("pause stream s")
     session.execute(f"insert into t1 values ({T0 + 20_000}, 3, 3)")
@@ -124,3 +128,57 @@ def test_window_close_default_pause_and_resume(session: Session, harness: Stream
     assert output(session, "select n, m from out") == [(1, 1), (1, 2)]
     assert session.query("show streams").rows[0][0] == "s"
     assert session.execute("create snode on dnode 1")[0].message.startswith("Create OK")
+
+
+def test_partition_by_a_column_moves_updated_rows_and_names_outputs_as_tdengine(
+    session: Session, harness: StreamHarness
+) -> None:
+    """PARTITION BY an ordinary column: each value its own timeline; a row updated to another
+    value leaves its old group (recalculated, its window removed when empty) for the new one.
+    The output super table exists from CREATE, tagged ``group_id``; SUBTABLE names get
+    TDengine's ``_<stable>_<groupId>`` suffix when the stream is partitioned."""
+    _setup(session)
+    session.execute(
+        "create stream s trigger at_once ignore expired 0 ignore update 0 into out subtable(concat('p-', 'x')) as"
+        " select _wstart c1, count(*) c2, max(b) c3, _group_key(a) g from st partition by a interval(10s)"
+    )
+    assert output(session, "select * from out") == []  # created with the stream
+    session.execute(f"insert into t1 values ({T0}, null, 1) t2 values ({T0}, null, 2)")
+    assert harness.run_until_idle().failures == []
+    tags = session.query("select tag_name from information_schema.ins_tags where stable_name = 'out'").rows
+    assert [row[0] for row in tags] == ["group_id"]  # one child table so far, its one tag
+    assert output(session, "select c2, c3, g from out") == [(2, 2, None)]
+    session.execute(f"insert into t1 values ({T0}, 1, 5)")  # t1's row moves from a=NULL to a=1
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select c2, c3, g from out"), key=str) == [(1, 2, None), (1, 5, 1)]
+    session.execute(f"insert into t2 values ({T0}, 1, 7)")  # the NULL group is left empty
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select c2, c3, g from out") == [(2, 7, 1)]
+    names = [
+        row[0]
+        for row in session.query(
+            "select table_name from information_schema.ins_tables where db_name = 'lg' and stable_name = 'out'"
+        ).rows
+    ]
+    group_ids = [row[0] for row in session.query("select distinct group_id from out").rows]
+    assert all(name.startswith("p-x_out_") for name in names) and len(group_ids) == 1
+    assert f"p-x_out_{group_ids[0]}" in names
+
+
+def test_a_stream_without_a_window_writes_each_row_and_follows_its_updates(
+    session: Session, harness: StreamHarness
+) -> None:
+    """No window clause: each written row, transformed by the query, is written at once (one
+    row per row, keyed by its timestamp); an update rewrites it, into its new partition."""
+    _setup(session)
+    session.execute("create stream s into out as select ts c1, a, abs(b) c4 from t1 partition by a")
+    session.execute(f"insert into t1 values ({T0}, 1, -1) ({T0 + 1}, 1, -2) ({T0 + 2}, 1, 3)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select c1, a, c4 from out order by c1") == [(T0, 1, 1), (T0 + 1, 1, 2), (T0 + 2, 1, 3)]
+    session.execute(f"insert into t1 values ({T0 + 1}, 2, -11)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select c1, a, c4 from out order by c1") == [(T0, 1, 1), (T0 + 1, 2, 11), (T0 + 2, 1, 3)]
+    with pytest.raises(TDStreamError, match=r"count\(\) aggregates: a stream without a window clause"):
+        session.execute("create stream s2 into out2 as select ts, count(*) from t1")
+    with pytest.raises(TDStreamError, match="a stream without a window over the super table st needs PARTITION BY"):
+        session.execute("create stream s3 into out3 as select ts, a from st")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,10 @@ from ..storage.types import coerce
 from ..storage.warehouse import Warehouse, WriteBatch
 
 TBNAME_TAG = ast.ColumnDef("tag_tbname", ast.DataType("VARCHAR", 270))
+# the one tag of a legacy stream's output without TAGS: its group's id (0 without PARTITION BY)
+GROUP_ID_TAG = ast.ColumnDef("group_id", ast.DataType("BIGINT UNSIGNED"))
+# a legacy SUBTABLE name already ends in ``_<groupId>`` (TDengine: 15 digits or more)
+_GROUP_ID_SUFFIX = re.compile(r"_[0-9]{15,}$")
 
 
 @dataclass(frozen=True)
@@ -100,16 +105,44 @@ def create_declared_output(
     assert stream.stmt.query is not None
     cols = columns_for_types(source_types)
     defs = []
-    for item, column in zip(stream.stmt.query.items, columns, strict=True):
-        dtype = infer_result_type(item.expr, cols) or _KIND_TYPES.get(column.kind, ast.DataType("VARCHAR", 256))
-        defs.append(ast.ColumnDef(column.name, dtype))
-    tags = output_tags(stream) if stream.stmt.partition_by else ()
+    names = [c.lower() for c in stream.stmt.columns] or [c.name for c in columns]
+    for item, column, column_name in zip(stream.stmt.query.items, columns, names, strict=True):
+        dtype = (
+            infer_result_type(item.expr, cols)
+            or _group_value_type(stream, item.expr)
+            or _KIND_TYPES.get(column.kind, ast.DataType("VARCHAR", 256))
+        )
+        defs.append(ast.ColumnDef(column_name, dtype))
+    tags = _tags_of_new_output(stream)
     warehouse.create_table(db, name, tuple(defs), tags, is_super=bool(tags), if_not_exists=True)
+
+
+def _group_value_type(stream: StreamDefinition, expr: ast.Expr) -> ast.DataType | None:
+    """``%%n``: the type of the n-th PARTITION BY column (a tag or, legacy, a column)."""
+    table = stream.trigger_table
+    if not isinstance(expr, ast.Placeholder) or not expr.name.isdigit() or table is None:
+        return None
+    index = int(expr.name) - 1
+    if index >= len(stream.group_columns):
+        return None
+    name = stream.group_columns[index]
+    if name == "tbname":
+        return TBNAME_TAG.type
+    return next((c.type for c in (*table.columns, *table.tags) if c.name == name), None)
+
+
+def _tags_of_new_output(stream: StreamDefinition) -> tuple[ast.ColumnDef, ...]:
+    """A grouped stream writes a super table (a legacy stream always does), else a normal one."""
+    if stream.stmt.partition_by or stream.stmt.option(ast.LEGACY_OUTPUT) is not None:
+        return output_tags(stream)
+    return ()
 
 
 def output_tags(stream: StreamDefinition) -> tuple[ast.ColumnDef, ...]:
     if stream.stmt.tags:
         return tuple(ast.ColumnDef(t.name.lower(), t.type, comment=t.comment) for t in stream.stmt.tags)
+    if stream.stmt.option(ast.LEGACY_OUTPUT) is not None:
+        return (GROUP_ID_TAG,)
     table = stream.trigger_table
     tags = []
     for column in stream.group_columns:
@@ -171,7 +204,12 @@ def child_table_name(stream: StreamDefinition, group: Group) -> str:
         name = evaluate_group_expr(stream.stmt.output_subtable, stream, group)
         if name is None or str(name) == "":
             raise QueryError(f"OUTPUT_SUBTABLE of stream {stream.key} gave an empty name for group {group.values}")
-        return str(name).lower()[:192]
+        name = str(name).lower()
+        legacy = stream.stmt.option(ast.LEGACY_OUTPUT) is not None
+        if legacy and stream.group_columns and stream.output is not None and not _GROUP_ID_SUFFIX.search(name):
+            # TDengine ≥ 3.2.3: the group id keeps partitions apart that SUBTABLE names alike
+            name = f"{name}_{stream.output[1]}_{group.group_id}"
+        return name[:192]
     digest = hashlib.md5(f"{stream.key}:{group.group_id}".encode()).hexdigest()
     return f"t_{digest}"
 
@@ -182,6 +220,8 @@ def tag_values(stream: StreamDefinition, group: Group, tags: tuple[ast.ColumnDef
             tag.name.lower(): coerce(evaluate_group_expr(tag.expr, stream, group), tag.type, tag.name)
             for tag in stream.stmt.tags
         }
+    if tags == (GROUP_ID_TAG,) and stream.stmt.option(ast.LEGACY_OUTPUT) is not None:
+        return {GROUP_ID_TAG.name: group.group_id if stream.group_columns else 0}
     return {tag.name: value for tag, value in zip(tags, group.values, strict=True)}
 
 
@@ -259,7 +299,7 @@ def _create_output(
 ) -> TableInfo:
     db, name = stream.output  # type: ignore[misc]
     defs = output_columns(stream, columns, data, source_types)
-    tags = output_tags(stream) if stream.stmt.partition_by else ()
+    tags = _tags_of_new_output(stream)
     warehouse.create_table(db, name, defs, tags, is_super=bool(tags), if_not_exists=True)
     return warehouse.table(db, name)
 

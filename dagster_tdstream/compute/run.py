@@ -18,6 +18,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import QueryError
 from ..faults import failpoint
@@ -111,9 +112,13 @@ def compute_triggers(
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
         result = run_query(views, translated) if computable else pa.table({})
+        empty = _emptied_windows(views, stream, computable, triggers_view, trows_view or trigger_source, label)
         source_types = _source_types(views, stream)
     finally:
         views.close()
+    if empty:  # no rows are left in these windows: they are retracted below, not written
+        keep = pc.invert(pc.is_in(result.column("__tid"), pa.array(sorted(empty), result.column("__tid").type)))
+        result = result.filter(keep)
     groups = {int(t["id"]): group_of(t) for t in computable}
     results = _results_by_trigger(stream, translated.columns, result) if computable else {}
     if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:
@@ -121,6 +126,7 @@ def compute_triggers(
         return RunOutcome(len(triggers), len(computable), 0, None, _offsets(triggers), (), results)
     # windows recalculation showed gone: their output rows are retracted in the same commit
     retract = [(group_of(t), int(t["wstart"])) for t in triggers if t["event"] == WINDOW_INVALIDATION]
+    retract += [(group_of(t), int(t["wstart"])) for t in computable if int(t["id"]) in empty]
     if not computable and replace_range is None and not retract:
         return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
     if not computable:
@@ -141,6 +147,29 @@ def compute_triggers(
     return RunOutcome(
         len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables, results
     )
+
+
+def _emptied_windows(
+    views: SparkViews,
+    stream: StreamDefinition,
+    triggers: Sequence[dict[str, Any]],
+    triggers_view: str,
+    rows: Any,
+    label: Callable[[str], str] | None,
+) -> set[int]:
+    """DELETE_RECALC: the INTERVAL windows computed again (RECALC, or MAX_DELAY on an open
+    window) that have no rows left — all deleted, or moved to another partition — are no
+    windows any more. A MAX_DELAY trigger knows its count; a recalculation is counted here."""
+    if stream.stmt.option("DELETE_RECALC") is None or label is None or rows is None:
+        return set()
+    empty = {int(t["id"]) for t in triggers if t["event"] in (RECALC, MAX_DELAY) and t["row_count"] == 0}
+    if not any(t["event"] == RECALC for t in triggers):
+        return empty
+    view = rows if isinstance(rows, str) else rows.view
+    counted = views.register(_with_row_counts(views, triggers_view, view, stream, label), "counted")
+    found = views.sql(f"SELECT __tid FROM `{counted}` WHERE _twrownum = 0").toArrow().column("__tid").to_pylist()
+    recalculated = {int(t["id"]) for t in triggers if t["event"] == RECALC}
+    return empty | {int(tid) for tid in found if int(tid) in recalculated}
 
 
 def _results_by_trigger(
@@ -259,8 +288,9 @@ def _group_types(stream: StreamDefinition) -> list[tuple[str, pa.DataType]]:
             types.append((f"__g{i}", pa.string()))
         else:
             assert table is not None
-            tag = next(t for t in table.tags if t.name == column)
-            types.append((f"__g{i}", arrow_type(tag.type)))
+            # a tag, or (legacy PARTITION BY) an ordinary column
+            field = next(c for c in (*table.tags, *table.columns) if c.name == column)
+            types.append((f"__g{i}", arrow_type(field.type)))
     return types
 
 

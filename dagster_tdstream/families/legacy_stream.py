@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 
 def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
+    from ..compute.output import create_declared_output
+    from ..compute.run import check_stream_query
+
     warehouse = session.warehouse
     db, name = session.db_of(stmt.name), stmt.name.name.lower()
     warehouse.database(db)
@@ -38,20 +41,32 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     table = session.table(source.table)  # a missing source is an error now, not at the first window
     if table.kind == "super" and needs_tbname_partition(stmt):
         window = stmt.query.window
+        what = type(window).__name__.replace("Window", "_WINDOW").upper() if window else "a stream without a window"
         raise StreamValidationError(
-            f"{type(window).__name__.replace('Window', '_WINDOW').upper()} over the super table {table.name} needs"
+            f"{what} over the super table {table.name} needs"
             " PARTITION BY tbname (each child table's rows are windowed apart)",
             line=stmt.query.pos.line or None,
             column=stmt.query.pos.column or None,
             statement=stmt.text,
         )
     info = StreamInfo(db, name, stmt.text, "Running", 0, 0, session.timezone.key)
-    equivalent = resolve_stream(warehouse, info).stmt
-    check_stream_against_catalog(equivalent, db, warehouse, session.timezone)
-    start_offset = session.stream_start_offset(equivalent, db)
-    session.check_query_runs(equivalent, db, name, start_offset)
-    with warehouse.catalog.transaction() as conn:
-        warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, session.timezone.key)
+    stream = resolve_stream(warehouse, info)
+    check_stream_against_catalog(stream.stmt, db, warehouse, session.timezone)
+    start_offset = session.stream_start_offset(stream.stmt, db)
+    columns = check_stream_query(warehouse, stream, session.timezone)
+    # the legacy engine creates the output super table with the stream, so it can be
+    # queried (empty) before the first window
+    output = stream.output
+    created = output is not None and warehouse.find_table(*output) is None
+    if created and columns:
+        create_declared_output(warehouse, stream, columns, {c.name: c.type for c in (*table.columns, *table.tags)})
+    try:
+        with warehouse.catalog.transaction() as conn:
+            warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, session.timezone.key)
+    except Exception:
+        if created and output is not None and warehouse.find_table(*output) is not None:
+            warehouse.drop_table(warehouse.table(*output))  # nothing is left of a rejected statement
+        raise
     return session.told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
 
 

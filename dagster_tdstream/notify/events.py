@@ -183,6 +183,6 @@ def _event(
 def _table_name(stream: StreamDefinition, group: Group) -> str:
     """The output (child) table the group's results go to — or would, for streams that
     write none (CALC_NOTIFY_ONLY, notify-only)."""
-    if stream.group_columns:
+    if stream.group_columns or stream.stmt.option(ast.LEGACY_OUTPUT) is not None:
         return child_table_name(stream, group)
     return stream.output[1] if stream.output is not None else stream.name

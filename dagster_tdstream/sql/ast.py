@@ -497,6 +497,17 @@ class CreateStream(Statement):
 # not a 3.3.7 option either: the legacy TRIGGER AT_ONCE, every write computes the windows it
 # touches (the engine's MAX_DELAY with no delay)
 AT_ONCE = "AT_ONCE"
+# the legacy streams' partitions: PARTITION BY ordinary columns and expressions as well as
+# tbname and tags; each distinct value is a group with its own timeline, and a row whose
+# update changes the value leaves its old group (which recalculates) for the new one
+PARTITION_BY_VALUES = "PARTITION_BY_VALUES"
+# the legacy streams' output: always a super table, tagged ``group_id`` (the group's id, 0
+# without PARTITION BY) unless TAGS names the tags, created with the stream; a SUBTABLE name
+# of a partitioned stream gets TDengine's ``_<stable>_<groupId>`` suffix
+LEGACY_OUTPUT = "LEGACY_OUTPUT"
+# the legacy COUNT_WINDOW (and a legacy stream without a window, each row its own count
+# window) re-derives its windows on out-of-order rows, updates and deletes; 3.3.7's does not
+RECALC_COUNT_WINDOW = "RECALC_COUNT_WINDOW"
 
 
 @dataclass(frozen=True)

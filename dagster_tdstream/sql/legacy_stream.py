@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import StreamValidationError
 from . import ast
+from .text import expr_text
 from .tokens import Kind
+from .validate import is_aggregate_function
 from .walk import all_expressions, walk
 
 if TYPE_CHECKING:
@@ -180,11 +182,7 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
                 part.pos,
             )
     if window is None:
-        raise _error(
-            stmt,
-            "not built yet: a legacy stream without a window clause (each row transformed as it arrives);"
-            " give INTERVAL, SESSION, STATE_WINDOW, EVENT_WINDOW or COUNT_WINDOW",
-        )
+        _validate_scalar(stmt)
     if query.having is not None and not isinstance(window, ast.IntervalWindow):
         raise _error(stmt, "HAVING is allowed only with INTERVAL in a stream's query", query.having.pos)
     if (
@@ -248,11 +246,30 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
         raise _error(stmt, "TAGS take their values from PARTITION BY: the query has none", stmt.tags[0].pos)
 
 
+def _validate_scalar(stmt: ast.CreateLegacyStream) -> None:
+    """A stream without a window transforms each row: no aggregates, no HAVING, and a
+    timestamp first (the output rows' key)."""
+    query = stmt.query
+    if query.having is not None:
+        raise _error(stmt, "HAVING needs a window clause in a stream's query", query.having.pos)
+    for node in all_expressions(query):
+        if isinstance(node, ast.Func) and is_aggregate_function(node.name):
+            raise _error(
+                stmt,
+                f"{node.name}() aggregates: a stream without a window clause writes each row as it arrives;"
+                " add INTERVAL, SESSION, STATE_WINDOW, EVENT_WINDOW or COUNT_WINDOW",
+                node.pos,
+            )
+        if isinstance(node, ast.Column) and node.name.lower() in WINDOW_NAMES:
+            raise _error(stmt, f"{node.name} needs a window clause in a stream's query", node.pos)
+
+
 def needs_tbname_partition(stmt: ast.CreateLegacyStream) -> bool:
     """STATE, EVENT and COUNT windows over a super table need PARTITION BY tbname (checked
-    where the table's kind is known)."""
+    where the table's kind is known), and so do streams without a window (each child
+    table's rows are written apart, keyed by their timestamps)."""
     window = stmt.query.window
-    if not isinstance(window, ast.StateWindow | ast.EventWindow | ast.CountWindow):
+    if window is not None and not isinstance(window, ast.StateWindow | ast.EventWindow | ast.CountWindow):
         return False
     return not any(isinstance(e, ast.Column) and e.name.lower() == "tbname" for e in stmt.query.partition_by)
 
@@ -260,9 +277,11 @@ def needs_tbname_partition(stmt: ast.CreateLegacyStream) -> bool:
 def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> ast.CreateStream:
     """The 3.3.7 stream the legacy statement is (see the module docstring)."""
     query = stmt.query
-    window = query.window
-    assert window is not None and isinstance(query.source, ast.TableSource)  # validated at CREATE
-    options: list[ast.StreamOption] = [ast.StreamOption("DELETE_RECALC")]
+    # without a window each row is its own window: COUNT_WINDOW(1) writes it as it arrives
+    window = query.window or ast.CountWindow(1)
+    assert isinstance(query.source, ast.TableSource)  # validated at CREATE
+    legacy = ("DELETE_RECALC", ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW)
+    options = [ast.StreamOption(name) for name in legacy]
     if stmt.ignore_expired:
         options.append(ast.StreamOption("IGNORE_DISORDER"))
     if stmt.fill_history:
@@ -278,7 +297,9 @@ def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> as
     if query.where is not None:
         options.append(ast.StreamOption("PRE_FILTER", expr=query.where))
     # unaliased items keep the name they were written with (``_wstart``, not ``_twstart``)
-    items = tuple(ast.SelectItem(_trigger_names(item.expr), item.alias, item.text) for item in query.items)
+    items = tuple(
+        ast.SelectItem(_group_keys(stmt, _trigger_names(item.expr)), item.alias, item.text) for item in query.items
+    )
     first = query.items[0].expr if query.items else None
     if not (isinstance(first, ast.Column) and first.name.lower() in ("_wstart", timestamp_column.lower())):
         # the legacy engine puts the window start first when the query does not
@@ -344,6 +365,20 @@ def _trigger_names(expr: ast.Expr) -> ast.Expr:
             else None
         ),
     )
+
+
+def _group_keys(stmt: ast.CreateLegacyStream, expr: ast.Expr) -> ast.Expr:
+    """``_group_key(e)`` of a PARTITION BY expression ``e``: the group's value ``%%n``."""
+    partition = [expr_text(e).lower() for e in stmt.query.partition_by]
+
+    def replace(node: ast.Expr) -> ast.Expr | None:
+        if isinstance(node, ast.Func) and node.name == "_group_key" and len(node.args) == 1:
+            text = expr_text(node.args[0]).lower()
+            if text in partition:
+                return ast.Placeholder(str(partition.index(text) + 1), pos=node.pos)
+        return None
+
+    return _rewrite(expr, replace)
 
 
 def _partition_value(stmt: ast.CreateLegacyStream, index: int, name: str) -> ast.Expr:

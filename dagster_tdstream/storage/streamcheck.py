@@ -89,6 +89,8 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
         name = expr.name.lower()
         if name == "tbname":
             grouped_by_tbname = True
+        elif stmt.option(ast.PARTITION_BY_VALUES) is not None and name in cols.types:
+            continue  # the legacy streams partition by ordinary columns too
         elif name not in cols.tags:
             raise _fail(
                 f"PARTITION BY {expr.name}: a stream groups by tbname or a tag of {cols.label} "
@@ -290,17 +292,18 @@ def _check_output_table(
     label = f"{into_db}.{into_name}"
     if existing.kind == "child":
         raise _fail(f"the output table {label} is a child table; name a super table or a new table", stmt.into)
-    if stmt.partition_by and existing.kind != "super":
-        raise _fail(f"a grouped stream writes a super table, but {label} is a normal table", stmt.into)
-    if not stmt.partition_by and existing.kind != "normal":
+    legacy = stmt.option(ast.LEGACY_OUTPUT) is not None
+    if (stmt.partition_by or legacy) and existing.kind != "super":
+        raise _fail(f"a grouped or legacy stream writes a super table, but {label} is a normal table", stmt.into)
+    if not stmt.partition_by and not legacy and existing.kind != "normal":
         raise _fail(f"a stream without PARTITION BY writes a normal table, but {label} is a super table", stmt.into)
-    if not stmt.columns:
+    if not stmt.columns and not legacy:  # a legacy stream maps the query's columns by position
         raise _fail(
             f"the output table {label} exists: name its columns after INTO "
             f"({', '.join(c.name for c in existing.columns)})",
             stmt.into,
         )
-    if [c.lower() for c in stmt.columns] != [c.name for c in existing.columns][: len(stmt.columns)]:
+    if stmt.columns and [c.lower() for c in stmt.columns] != [c.name for c in existing.columns][: len(stmt.columns)]:
         raise _fail(
             f"the output column list does not match the existing table {label} "
             f"(columns: {', '.join(c.name for c in existing.columns)})",
@@ -315,6 +318,8 @@ def _check_output_table(
                     f"({', '.join(t.name for t in existing.tags)})",
                     stmt.into,
                 )
+        elif legacy and [t.name for t in existing.tags] == ["group_id"]:
+            pass  # written by a legacy stream before: tagged with the group id
         elif len(stmt.partition_by) != len(existing.tags):
             raise _fail(
                 f"without TAGS the output tags are the {len(stmt.partition_by)} PARTITION BY column(s), but the "

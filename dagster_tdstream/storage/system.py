@@ -1,7 +1,7 @@
 """``information_schema``: the catalog as tables.
 
 Owns the system tables TDengine users query — ``ins_databases``, ``ins_stables``,
-``ins_tables``, ``ins_streams``, ``ins_stream_tasks`` — built from the catalog as Arrow tables
+``ins_tables``, ``ins_tags``, ``ins_streams``, ``ins_stream_tasks`` — built from the catalog as Arrow tables
 with TDengine's column names (timestamps as epoch milliseconds). ``SHOW …`` statements and
 SELECTs over ``information_schema.*`` both read them. Reads only.
 """
@@ -42,6 +42,10 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
         ColumnDef("table_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
         ColumnDef("columns", INT), ColumnDef("stable_name", _name()), ColumnDef("uid", BIGINT),
         ColumnDef("type", _name(21)),
+    ),
+    "ins_tags": (
+        ColumnDef("table_name", _name()), ColumnDef("db_name", _name()), ColumnDef("stable_name", _name()),
+        ColumnDef("tag_name", _name(64)), ColumnDef("tag_type", _name(64)), ColumnDef("tag_value", _name(16384)),
     ),
     "ins_streams": (
         ColumnDef("stream_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
@@ -127,6 +131,26 @@ def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
         for name in _dbs(warehouse, db)
         for t in warehouse.catalog.list_tables(name, ["child", "normal"])
     ]
+
+
+def _tags(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    """One row per tag of each child table, its value as text (NULL when unset)."""
+    return [
+        [t.name, t.db, t.stable, tag.name, str(tag.type), _tag_text(t.tag_values.get(tag.name))]
+        for name in _dbs(warehouse, db)
+        for t in warehouse.catalog.list_tables(name, ["child"])
+        for tag in t.tags
+    ]
+
+
+def _tag_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -273,6 +297,7 @@ _ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {
     "ins_databases": _databases,
     "ins_stables": _stables,
     "ins_tables": _tables,
+    "ins_tags": _tags,
     "ins_streams": _streams,
     "ins_stream_tasks": _stream_tasks,
 }

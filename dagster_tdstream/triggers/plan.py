@@ -107,6 +107,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         size=trigger.count,
         slide=trigger.sliding or trigger.count,
         columns=tuple(c.name.lower() for c in trigger.columns),
+        recalculates=stmt.option(ast.RECALC_COUNT_WINDOW) is not None,
     )
 
 

@@ -60,6 +60,8 @@ class RowWindowTrigger:
     ignore_disorder: bool = False
     max_delay: int | None = None  # processing time, ns
     delete_recalc: bool = False
+    # out-of-order rows, updates and (with DELETE_RECALC) deletes re-derive the windows
+    recalculates: bool = True
 
     @staticmethod
     def new_state() -> RowState:
@@ -90,8 +92,6 @@ class RowWindowTrigger:
             state.max_ts = change.ts
             self.step(state, change, fired)
         return fired
-
-    recalculates = True
 
     def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -183,7 +183,9 @@ class CountTrigger(RowWindowTrigger):
     size: int = 1
     slide: int = 1
     columns: tuple[str, ...] = ()
-    recalculates = False  # TDengine ignores disorder, updates and deletes for COUNT_WINDOW
+    # TDengine 3.3.7 ignores disorder, updates and deletes for COUNT_WINDOW (the legacy
+    # COUNT_WINDOW recalculates: ``ast.RECALC_COUNT_WINDOW``)
+    recalculates: bool = False
 
     def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
         if self.columns and all(change.values.get(c) is None for c in self.columns):

@@ -299,6 +299,8 @@ class _GroupedRows:
         self.admission = stream_admission(stream)
         self._children: dict[str, TableInfo | None] = {}
         self._snapshots: dict[int, dict[str, tuple[list[Any], list[RowChange]]]] = {}
+        # the values a row's own update cannot change: its child table's name and tags
+        self._fixed = {"tbname", *(t.name for t in table.tags)}
 
     def _table_of(self, tbname: str) -> TableInfo | None:
         if tbname not in self._children:
@@ -327,19 +329,38 @@ class _GroupedRows:
         pk = self.table.primary_key
         records = feed.to_pylist()
         records.sort(key=lambda r: (r["_commit_version"], r[pk]))
-        for record in records:
-            kind = _CHANGE_KINDS.get(record["_change_type"])
-            tbname = record.get("tbname") or self.table.name
-            if kind is None or (self.table.kind == "child" and tbname != self.table.name):
-                continue
-            values = self._values(record, tbname)
-            if not self.admission.admits(record[pk], values) and kind != "delete":
-                continue
-            group_values = self._group_values(values)
-            key = json.dumps(group_values, default=str)
+        # a group value read from the row itself (PARTITION BY a column): an update that
+        # changes it removes the row from its old group, as a delete there
+        by_value = any(c not in self._fixed for c in self.stream.group_columns)
+        before: dict[tuple[Any, ...], tuple[str, list[Any], dict[str, Any]]] = {}
+
+        def add(key: str, group_values: list[Any], change: RowChange) -> None:
             if key not in groups:
                 groups[key] = (group_values, group_identity(self.warehouse, self.stream, group_values), [])
-            groups[key][2].append(RowChange(record[pk], kind, values))
+            groups[key][2].append(change)
+
+        for record in records:
+            tbname = record.get("tbname") or self.table.name
+            if self.table.kind == "child" and tbname != self.table.name:
+                continue
+            if by_value and record["_change_type"] == "update_preimage":
+                values = self._values(record, tbname)
+                old = self._group_values(values)
+                before[(record["_commit_version"], tbname, record[pk])] = (json.dumps(old, default=str), old, values)
+                continue
+            kind = _CHANGE_KINDS.get(record["_change_type"])
+            if kind is None:
+                continue
+            values = self._values(record, tbname)
+            group_values = self._group_values(values)
+            key = json.dumps(group_values, default=str)
+            moved = before.pop((record["_commit_version"], tbname, record[pk]), None) if kind == "update" else None
+            if moved is not None and moved[0] != key:
+                add(moved[0], moved[1], RowChange(record[pk], "delete", moved[2]))
+                kind = "insert"  # new to this group
+            if not self.admission.admits(record[pk], values) and kind != "delete":
+                continue
+            add(key, group_values, RowChange(record[pk], kind, values))
         return groups
 
     def all_groups(self, version: int) -> dict[str, tuple[list[Any], list[RowChange]]]:
