@@ -295,9 +295,16 @@ def conformance(directory: str, only: str | None, json_path: str | None, debug: 
     import json
 
     def run() -> None:
+        from ..compute.spark import build_spark_session
         from ..testing.conformance import run_directory, summary
 
-        results = run_directory(Path(directory), only=only)
+        # one Spark client for every case, closed here: clients left to interpreter shutdown
+        # could wait forever there on a result stream nobody reads
+        spark = build_spark_session()
+        try:
+            results = run_directory(Path(directory), only=only, spark=spark)
+        finally:
+            spark.stop()
         for result in results:
             status = "PASS" if result.passed else "FAIL"
             detail = f" — {result.reason}" if result.reason else ""

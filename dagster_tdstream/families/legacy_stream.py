@@ -54,6 +54,23 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     check_stream_against_catalog(stream.stmt, db, warehouse, session.timezone)
     start_offset = session.stream_start_offset(stream.stmt, db)
     columns = check_stream_query(warehouse, stream, session.timezone)
+    if stmt.columns and len(stmt.columns) != len(columns):
+        raise StreamValidationError(
+            f"the output column list names {len(stmt.columns)} column(s), the query returns {len(columns)}"
+            f" ({', '.join(c.name for c in columns)})",
+            line=stmt.query.pos.line or None,
+            column=stmt.query.pos.column or None,
+            statement=stmt.text,
+        )
+    names = [name.lower() for name in stmt.columns] or [column.name.lower() for column in columns]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise StreamValidationError(
+            f"duplicate output column name {repeated[0]!r} (output columns: {', '.join(names)})",
+            line=stmt.query.pos.line or None,
+            column=stmt.query.pos.column or None,
+            statement=stmt.text,
+        )
     # the legacy engine creates the output super table with the stream, so it can be
     # queried (empty) before the first window
     output = stream.output

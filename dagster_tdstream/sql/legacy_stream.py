@@ -303,7 +303,7 @@ def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> as
     first = query.items[0].expr if query.items else None
     if not (isinstance(first, ast.Column) and first.name.lower() in ("_wstart", timestamp_column.lower())):
         # the legacy engine puts the window start first when the query does not
-        taken = {(item.alias or "").lower() for item in items}
+        taken = {(item.alias or item.text).lower() for item in items}
         items = (
             ast.SelectItem(ast.Column("_twstart"), "_wstart" if "_wstart" not in taken else "_twstart", "_wstart"),
             *items,
