@@ -41,7 +41,7 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
     names = {option.name for option in stream.options}
     assert names == {
         "DELETE_RECALC", "FILL_HISTORY", "WATERMARK", "MAX_DELAY", "PRE_FILTER",
-        ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW,
+        ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW, "IGNORE_NODATA_TRIGGER",
     }  # fmt: skip
     assert "IGNORE_DISORDER" not in names  # IGNORE EXPIRED 0: late rows recalculate
     # the window start first (the query did not put it there), _wend as the trigger's _twend
@@ -182,3 +182,30 @@ def test_a_stream_without_a_window_writes_each_row_and_follows_its_updates(
         session.execute("create stream s2 into out2 as select ts, count(*) from t1")
     with pytest.raises(TDStreamError, match="a stream without a window over the super table st needs PARTITION BY"):
         session.execute("create stream s3 into out3 as select ts, a from st")
+
+
+def test_where_follows_updates_windows_without_rows_are_not_written_and_one_writer_per_table(
+    session: Session, harness: StreamHarness
+) -> None:
+    """A row updated into the WHERE enters its window, one updated out of it leaves (the window
+    goes when no row is left); windows without rows are not written (as an INTERVAL query);
+    a second stream into the same table is refused."""
+    _setup(session)
+    session.execute(
+        "create stream s trigger at_once ignore expired 0 ignore update 0 into out as"
+        " select _wstart, count(*) c1 from t1 where a > 5 interval(10s)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 1, 1)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == []
+    session.execute(f"insert into t1 values ({T0}, 10, 1)")  # now inside the WHERE
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T0 - 3000, 1, 0)]
+    session.execute(f"insert into t1 values ({T0 + 60_000}, 10, 1)")  # five empty windows between
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T0 - 3000, 1, 0), (T0 + 57_000, 1, 0)]
+    session.execute(f"insert into t1 values ({T0}, 2, 1)")  # out of the WHERE again
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from out") == [(T0 + 57_000, 1, 0)]
+    with pytest.raises(TDStreamError, match=re.escape("stream lg.s already writes lg.out")):
+        session.execute("create stream s2 into out as select _wstart, count(*) c1 from t2 interval(10s)")

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from ..errors import QueryError
 from ..faults import failpoint
 from ..sql import ast
-from ..sql.translate import OutputColumn, SourceTable, StreamScope, TranslationContext, translate_select
+from ..sql.translate import OutputColumn, SourceTable, StreamScope, TranslationContext, row_condition, translate_select
 from ..sql.walk import all_expressions
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
@@ -107,12 +107,16 @@ def compute_triggers(
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
             # recalculated INTERVAL windows carry no row count: count them at computation time
             counted = trows_view or trigger_source.view
-            triggers_view = views.register(_with_row_counts(views, triggers_view, counted, stream, label), "triggers")
+            triggers_view = views.register(
+                _with_row_counts(views, triggers_view, counted, stream, label, timezone), "triggers"
+            )
         scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
         ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
         translated = translate_select(query, ctx)
         result = run_query(views, translated) if computable else pa.table({})
-        empty = _emptied_windows(views, stream, computable, triggers_view, trows_view or trigger_source, label)
+        empty = _emptied_windows(
+            views, stream, computable, triggers_view, trows_view or trigger_source, label, timezone
+        )
         source_types = _source_types(views, stream)
     finally:
         views.close()
@@ -156,6 +160,7 @@ def _emptied_windows(
     triggers_view: str,
     rows: Any,
     label: Callable[[str], str] | None,
+    timezone: ZoneInfo,
 ) -> set[int]:
     """DELETE_RECALC: the INTERVAL windows computed again (RECALC, or MAX_DELAY on an open
     window) that have no rows left — all deleted, or moved to another partition — are no
@@ -166,7 +171,7 @@ def _emptied_windows(
     if not any(t["event"] == RECALC for t in triggers):
         return empty
     view = rows if isinstance(rows, str) else rows.view
-    counted = views.register(_with_row_counts(views, triggers_view, view, stream, label), "counted")
+    counted = views.register(_with_row_counts(views, triggers_view, view, stream, label, timezone), "counted")
     found = views.sql(f"SELECT __tid FROM `{counted}` WHERE _twrownum = 0").toArrow().column("__tid").to_pylist()
     recalculated = {int(t["id"]) for t in triggers if t["event"] == RECALC}
     return empty | {int(tid) for tid in found if int(tid) in recalculated}
@@ -350,18 +355,28 @@ def _triggers_frame(
 
 
 def _with_row_counts(
-    views: SparkViews, triggers_view: str, trows_view: str, stream: StreamDefinition, label: Callable[[str], str]
+    views: SparkViews,
+    triggers_view: str,
+    trows_view: str,
+    stream: StreamDefinition,
+    label: Callable[[str], str],
+    timezone: ZoneInfo,
 ) -> Any:
-    """``_twrownum``: the trigger table's rows in each trigger's window and group, counted at
-    computation time (recalculated windows count again)."""
+    """``_twrownum``: the trigger table's rows in each trigger's window and group that entered
+    the trigger (PRE_FILTER), counted at computation time (recalculated windows count again)."""
     table = stream.trigger_table
     assert table is not None
     pk = f"`{table.primary_key}`"
     keys = [("tbname" if c == "tbname" else f"`{c}`", f"__g{i}") for i, c in enumerate(stream.group_columns, start=1)]
     select_keys = "".join(f"{k} AS {g}, " for k, g in keys)
     group_by = "".join(f"{k}, " for k, _ in keys)
+    pre_filter = stream.stmt.option("PRE_FILTER")
+    where = ""
+    if pre_filter is not None and pre_filter.expr is not None:
+        ctx = TranslationContext(views.resolve, timezone, time.time_ns())
+        where = f" WHERE {row_condition(views.table(table), pre_filter.expr, ctx)}"
     counts = (
-        f"SELECT {select_keys}__w, count(*) AS __n FROM (SELECT *, {label(pk)} AS __w FROM `{trows_view}`) "
+        f"SELECT {select_keys}__w, count(*) AS __n FROM (SELECT d.*, {label(pk)} AS __w FROM `{trows_view}` d{where}) "
         f"GROUP BY {group_by}__w"
     )
     on = " AND ".join([f"t.{g} <=> c.{g}" for _, g in keys] + ["t._twstart = c.__w"])

@@ -17,7 +17,7 @@ from ..results import Result
 from ..sql import ast
 from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream
 from ..storage.catalog import StreamInfo
-from ..storage.registry import resolve_stream
+from ..storage.registry import load_streams, resolve_stream
 from ..storage.streamcheck import check_stream_against_catalog
 
 if TYPE_CHECKING:
@@ -74,6 +74,12 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     # the legacy engine creates the output super table with the stream, so it can be
     # queried (empty) before the first window
     output = stream.output
+    writer = next((s.key for s in load_streams(warehouse) if output is not None and s.output == output), None)
+    if writer is not None and output is not None:
+        raise StreamValidationError(
+            f"stream {writer} already writes {'.'.join(output)}: a table is the output of one stream",
+            statement=stmt.text,
+        )
     created = output is not None and warehouse.find_table(*output) is None
     if created and columns:
         create_declared_output(warehouse, stream, columns, {c.name: c.type for c in (*table.columns, *table.tags)})

@@ -242,8 +242,6 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
             f"TAGS names {len(stmt.tags)} tags but PARTITION BY has {len(query.partition_by)} expressions",
             stmt.tags[0].pos,
         )
-    if stmt.tags and not query.partition_by:
-        raise _error(stmt, "TAGS take their values from PARTITION BY: the query has none", stmt.tags[0].pos)
 
 
 def _validate_scalar(stmt: ast.CreateLegacyStream) -> None:
@@ -288,6 +286,9 @@ def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> as
         options.append(ast.StreamOption("FILL_HISTORY"))
     if stmt.watermark is not None:
         options.append(ast.StreamOption("WATERMARK", duration=stmt.watermark))
+    if isinstance(window, ast.IntervalWindow) and window.fill is None:
+        # the legacy engine writes the windows that hold rows, as an INTERVAL query does
+        options.append(ast.StreamOption("IGNORE_NODATA_TRIGGER"))
     if stmt.trigger == "AT_ONCE":
         options.append(ast.StreamOption(ast.AT_ONCE))
     elif stmt.trigger == "MAX_DELAY":

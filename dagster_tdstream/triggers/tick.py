@@ -329,9 +329,10 @@ class _GroupedRows:
         pk = self.table.primary_key
         records = feed.to_pylist()
         records.sort(key=lambda r: (r["_commit_version"], r[pk]))
-        # a group value read from the row itself (PARTITION BY a column): an update that
-        # changes it removes the row from its old group, as a delete there
-        by_value = any(c not in self._fixed for c in self.stream.group_columns)
+        # an update is compared with the row before it when the row's own values decide its
+        # group (PARTITION BY a column) or whether it enters the trigger (PRE_FILTER): a row
+        # that leaves a group or the filter is a delete there, one that joins is an insert
+        by_value = self.admission.pre_filter is not None or any(c not in self._fixed for c in self.stream.group_columns)
         before: dict[tuple[Any, ...], tuple[str, list[Any], dict[str, Any]]] = {}
 
         def add(key: str, group_values: list[Any], change: RowChange) -> None:
@@ -354,13 +355,16 @@ class _GroupedRows:
             values = self._values(record, tbname)
             group_values = self._group_values(values)
             key = json.dumps(group_values, default=str)
-            moved = before.pop((record["_commit_version"], tbname, record[pk]), None) if kind == "update" else None
-            if moved is not None and moved[0] != key:
-                add(moved[0], moved[1], RowChange(record[pk], "delete", moved[2]))
-                kind = "insert"  # new to this group
-            if not self.admission.admits(record[pk], values) and kind != "delete":
-                continue
-            add(key, group_values, RowChange(record[pk], kind, values))
+            admitted = kind == "delete" or self.admission.admits(record[pk], values)
+            old = before.pop((record["_commit_version"], tbname, record[pk]), None) if kind == "update" else None
+            if old is not None:
+                was_admitted = self.admission.admits(record[pk], old[2])
+                if was_admitted and (old[0] != key or not admitted):
+                    add(old[0], old[1], RowChange(record[pk], "delete", old[2]))  # left the group
+                if admitted and (old[0] != key or not was_admitted):
+                    kind = "insert"  # new to this group
+            if admitted:
+                add(key, group_values, RowChange(record[pk], kind, values))
         return groups
 
     def all_groups(self, version: int) -> dict[str, tuple[list[Any], list[RowChange]]]:

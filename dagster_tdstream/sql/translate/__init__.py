@@ -16,6 +16,7 @@ from .scope import (
     TranslationContext,
 )
 from .select import translate_select
+from .sources import row_condition
 
 __all__ = [
     "OutputColumn",
@@ -24,5 +25,6 @@ __all__ = [
     "StreamScope",
     "TranslatedQuery",
     "TranslationContext",
+    "row_condition",
     "translate_select",
 ]

@@ -25,6 +25,12 @@ def _table_scope(table: SourceTable) -> Scope:
     return Scope(quote_ident(table.view), columns, star, pk, table.precision, tables=(table,))
 
 
+def row_condition(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -> str:
+    """A condition over one table's rows (aliased ``d``) as Spark SQL — a stream's PRE_FILTER
+    where rows are counted outside its query."""
+    return Renderer(_table_scope(table), ctx).condition(expr)
+
+
 def source_scope(select: ast.Select, ctx: TranslationContext) -> Scope:
     source = select.source
     stream = ctx.stream
