@@ -162,10 +162,15 @@ def _emptied_windows(
     label: Callable[[str], str] | None,
     timezone: ZoneInfo,
 ) -> set[int]:
-    """DELETE_RECALC: the INTERVAL windows computed again (RECALC, or MAX_DELAY on an open
+    """DELETE_RECALC with IGNORE_NODATA_TRIGGER (a window is a window only with rows, as in
+    the legacy streams): the INTERVAL windows computed again (RECALC, or MAX_DELAY on an open
     window) that have no rows left — all deleted, or moved to another partition — are no
-    windows any more. A MAX_DELAY trigger knows its count; a recalculation is counted here."""
-    if stream.stmt.option("DELETE_RECALC") is None or label is None or rows is None:
+    windows any more. A MAX_DELAY trigger knows its count; a recalculation is counted here.
+    (Without IGNORE_NODATA_TRIGGER an empty window is still a window: its count is 0.)"""
+    options = stream.stmt
+    if options.option("DELETE_RECALC") is None or options.option("IGNORE_NODATA_TRIGGER") is None:
+        return set()
+    if label is None or rows is None:
         return set()
     empty = {int(t["id"]) for t in triggers if t["event"] in (RECALC, MAX_DELAY) and t["row_count"] == 0}
     if not any(t["event"] == RECALC for t in triggers):

@@ -9,6 +9,7 @@ Must not decide *whether* to append or merge, nor know about child tables and ta
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from pathlib import Path
@@ -27,6 +28,19 @@ def is_local(uri: str) -> bool:
 def local_path(uri: str) -> Path:
     parsed = urlparse(uri)
     return Path(parsed.path if parsed.scheme == "file" else uri)
+
+
+def _table_id(uri: str) -> str | None:
+    """The table's id from its first log entry (its metaData action): a table dropped and
+    created again under the same name has another one."""
+    try:
+        text = (local_path(uri) / "_delta_log" / f"{0:020}.json").read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        if '"metaData"' in line:
+            return str(json.loads(line)["metaData"].get("id"))
+    return None
 
 
 class DeltaStore:
@@ -58,17 +72,13 @@ class DeltaStore:
         """The newest snapshot through a handle kept per thread and brought up to date by
         reading only the log entries added since: opening a table replays its whole log,
         which was most of a small INSERT's time. Callers must not move it to a version.
-        A table dropped and created again (by any process) is a new first log entry, so
-        a handle on the old one is never reused."""
+        A table dropped and created again (by any process) has a new id in its first log
+        entry, so a handle on the old one is never reused."""
         uri = self.uri(db, table)
-        if not is_local(uri):
+        identity = _table_id(uri) if is_local(uri) else None
+        if identity is None:  # no table, its first entries cleaned up, or an object store
             return self.open(db, table)
-        try:
-            first = (local_path(uri) / "_delta_log" / f"{0:020}.json").stat()
-        except FileNotFoundError:  # no table, or its first entries were cleaned up
-            return self.open(db, table)
-        identity = (first.st_dev, first.st_ino, first.st_mtime_ns, first.st_size)
-        handles: dict[str, tuple[tuple[int, ...], DeltaTable]] = self._handles.__dict__.setdefault("tables", {})
+        handles: dict[str, tuple[str, DeltaTable]] = self._handles.__dict__.setdefault("tables", {})
         cached = handles.get(uri)
         if cached is not None and cached[0] == identity:
             cached[1].update_incremental()

@@ -194,6 +194,15 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         ]
         # PERIOD ticks are processing time too: let at least one tick pass after each phase
         delays += [s.stmt.trigger.period.nanos / 1e9 for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)]
+        # windows closed by the wall clock (2.x continuous queries, FORCE_WINDOW_CLOSE): the
+        # tests poll until one is over; let one interval pass after each phase
+        delays += [
+            s.stmt.trigger.interval.nanos / 1e9
+            for s in streams
+            if s.stmt.option(ast.FORCE_WINDOW_CLOSE) is not None
+            and isinstance(s.stmt.trigger, ast.SlidingTrigger)
+            and s.stmt.trigger.interval is not None
+        ]
         delay = max(delays) + 1 if delays else 0
         subscriptions = Subscriptions(session, tmp / "subscriptions")
         for phase in case.get("data_sql", []):
