@@ -126,7 +126,7 @@ def derive_windows(
             f"stream {stream.key} cannot derive windows: its trigger table {stream.trigger_missing} was dropped"
         )
     trigger = stream_trigger(stream)
-    local = _local_windows(warehouse, stream, version, local_rows)
+    local = _local_windows(warehouse, stream, trigger, version, local_rows)
     if local is not None:
         return _derived(warehouse, stream, local)
     from pyspark.sql import functions as F
@@ -160,16 +160,18 @@ def derive_windows(
     return _derived(warehouse, stream, result)
 
 
-def _local_windows(warehouse: Warehouse, stream: StreamDefinition, version: int | None, limit: int) -> pa.Table | None:
+def _local_windows(
+    warehouse: Warehouse, stream: StreamDefinition, trigger: Any, version: int | None, limit: int
+) -> pa.Table | None:
     """A trigger table of at most ``limit`` rows derived in this process, each group
     through the same function the Spark UDF runs (a Spark job with a Python UDF costs
     seconds of scheduling and worker start whatever its size); None for larger tables."""
     table = stream.trigger_table
     assert table is not None
-    rows = warehouse.stored_rows(table, version)
-    if rows is None or rows > limit:
+    stored = warehouse.stored_rows(table, version)
+    if stored is None or stored > limit:
         return None
-    data = warehouse.read_table(table, version) if rows else None
+    data = warehouse.read_table(table, version) if stored else None
     if data is None or data.num_rows == 0:
         return _no_windows()
     if "tbname" not in data.column_names:
@@ -177,7 +179,6 @@ def _local_windows(warehouse: Warehouse, stream: StreamDefinition, version: int 
     admission = stream_admission(stream)
     if admission.history_start is not None:
         data = data.filter(pc.greater_equal(data[table.primary_key], admission.history_start))
-    trigger = stream_trigger(stream)
     per_group = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
     columns = list(stream.group_columns)
     if not columns:

@@ -364,12 +364,12 @@ _AGGREGATE_NAMES = frozenset(
 _SELECTORS = frozenset(["min", "max", "first", "last", "last_row", "mode", "top", "bottom", "sample", "tail", "unique"])
 
 
-# the first result column must be a timestamp: these never return one
 def is_aggregate_function(name: str) -> bool:
     """Whether ``name`` (lower case) is an aggregate or selector function."""
     return name in _AGGREGATE_NAMES
 
 
+# the first result column must be a timestamp: these never return one
 _NON_TIMESTAMP_FUNCS = (_AGGREGATE_NAMES - _SELECTORS) | {"length", "concat", "concat_ws", "lower", "upper", "abs"}
 
 

@@ -343,8 +343,11 @@ class Warehouse:
     def stored_rows(self, info: TableInfo, version: int | None = None) -> int | None:
         """How many rows the table's storage holds (all child tables of a super table), from
         the Delta log's file statistics — no data read; None when a file has none."""
-        dt = self.delta.current(info.db, info.storage_name) if version is None else None
-        actions = (dt or self.delta.open_at(info.db, info.storage_name, version)).get_add_actions(flatten=True)
+        if version is None:
+            dt = self.delta.current(info.db, info.storage_name)
+        else:
+            dt = self.delta.open_at(info.db, info.storage_name, version)
+        actions = dt.get_add_actions(flatten=True)
         if "num_records" not in actions.schema.names:
             return None if actions.num_rows else 0
         counts = actions.column("num_records").to_pylist()

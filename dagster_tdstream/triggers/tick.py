@@ -328,7 +328,8 @@ class _GroupedRows:
             return groups
         pk = self.table.primary_key
         records = feed.to_pylist()
-        records.sort(key=lambda r: (r["_commit_version"], r[pk]))
+        # a row's update pre-image before its post-image, whatever order the feed gives
+        records.sort(key=lambda r: (r["_commit_version"], r[pk], r["_change_type"] != "update_preimage"))
         # an update is compared with the row before it when the row's own values decide its
         # group (PARTITION BY a column) or whether it enters the trigger (PRE_FILTER): a row
         # that leaves a group or the filter is a delete there, one that joins is an insert
