@@ -49,6 +49,10 @@ SERVER_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
     "spark.sql.adaptive.enabled": "true",
+    # A query reads a table as the explicit list of its Delta snapshot's files; above this many
+    # paths Spark stats them with a distributed job (about a second for 200 small files against
+    # 0.1 s listed in the driver). The embedded server reads local files, where the driver is fast.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
     "spark.connect.grpc.binding.address": "127.0.0.1",
     # a run that dies without releasing its session leaves it to expire, not to pile up
     "spark.connect.session.manager.defaultSessionTimeout": "10min",

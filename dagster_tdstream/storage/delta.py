@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 CDF_CONFIG = {"delta.enableChangeDataFeed": "true"}
+STRING_STATS_LENGTH = 32
 
 
 def is_local(uri: str) -> bool:
@@ -135,26 +138,30 @@ class DeltaStore:
         return dt.to_pyarrow_table(columns=columns, filters=filters)
 
     def file_uris(
-        self, db: str, table: str, version: int | None = None, key_range: tuple[str, int, int] | None = None
+        self,
+        db: str,
+        table: str,
+        version: int | None = None,
+        key_range: tuple[str, int, int] | None = None,
+        equals: tuple[str, str] | None = None,
     ) -> list[str]:
         """The Parquet files of the table's snapshot (the newest, or as of ``version``);
         with ``key_range`` (column, low, high) only the files whose statistics say they may
-        hold a value of that column in [low, high] — a batch of a stream reads the few files
-        its windows span, not every file the table ever got (Spark lists and opens each)."""
+        hold a value of that column in [low, high], with ``equals`` (column, text) only those
+        that may hold that text there — a batch of a stream or a query of one child table reads
+        the few files it needs, not every file the table ever got (Spark lists and opens each)."""
         dt = self.current(db, table) if version is None else self.open_at(db, table, version)
         files = dt.file_uris()
-        if key_range is None:
+        if key_range is None and equals is None:
             return files
-        column, low, high = key_range
         actions = pa.table(dt.get_add_actions(flatten=True))
-        if f"min.{column}" not in actions.column_names or f"max.{column}" not in actions.column_names:
-            return files  # no statistics written for the column: every file may hold it
-        kept = set()
-        paths = actions.column("path").to_pylist()
-        lows, highs = actions.column(f"min.{column}").to_pylist(), actions.column(f"max.{column}").to_pylist()
-        for path, lo, hi in zip(paths, lows, highs, strict=True):
-            if not isinstance(lo, int) or not isinstance(hi, int) or (lo <= high and hi >= low):
-                kept.add(path.rsplit("/", 1)[-1])
+        keep = [True] * actions.num_rows
+        if key_range is not None:
+            column, low, high = key_range
+            keep = _may_hold(actions, column, keep, _integers, low, high)
+        if equals is not None:
+            keep = _may_hold(actions, equals[0], keep, _untruncated, equals[1], equals[1])
+        kept = {path.rsplit("/", 1)[-1] for path, k in zip(actions.column("path").to_pylist(), keep, strict=True) if k}
         # file names are unique in a table (a UUID each): the URI's last part names its action
         return [uri for uri in files if uri.rsplit("/", 1)[-1] in kept]
 
@@ -177,3 +184,31 @@ class DeltaStore:
         and ``_commit_version`` (the WAL records of those offsets)."""
         reader = self.current(db, table).load_cdf(starting_version=start, ending_version=end)
         return pa.table(reader)
+
+
+def _integers(low: object, high: object) -> bool:
+    return isinstance(low, int) and isinstance(high, int)
+
+
+def _untruncated(low: object, high: object) -> bool:
+    """String statistics to trust: writers may cut long values short (delta-rs keeps 32
+    characters), and a cut maximum would exclude files that hold the value."""
+    return isinstance(low, str) and isinstance(high, str) and len(low) < STRING_STATS_LENGTH > len(high)
+
+
+def _may_hold(
+    actions: pa.Table,
+    column: str,
+    keep: list[bool],
+    usable: Callable[[Any, Any], bool],
+    low: Any,
+    high: Any,
+) -> list[bool]:
+    """``keep`` narrowed to the files whose [min, max] of ``column`` meets [low, high]; a file
+    without usable statistics for the column may hold anything."""
+    if f"min.{column}" not in actions.column_names or f"max.{column}" not in actions.column_names:
+        return keep
+    lows, highs = actions.column(f"min.{column}").to_pylist(), actions.column(f"max.{column}").to_pylist()
+    return [
+        k and (not usable(lo, hi) or (lo <= high and hi >= low)) for k, lo, hi in zip(keep, lows, highs, strict=True)
+    ]

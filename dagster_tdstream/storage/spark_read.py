@@ -75,7 +75,11 @@ def table_frame(
     schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
     pk = info.primary_key
     files = warehouse.delta.file_uris(
-        info.db, storage.name, version, key_range=None if key_range is None else (pk, *key_range)
+        info.db,
+        storage.name,
+        version,
+        key_range=None if key_range is None else (pk, *key_range),
+        equals=("tbname", info.name) if info.kind == "child" else None,
     )
     data = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
     if key_range is not None:
