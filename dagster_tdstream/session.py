@@ -31,7 +31,7 @@ from .errors import (
     TDStreamError,
     WriteRejectedError,
 )
-from .families import continuous_query, legacy_stream
+from .families import continuous_query, legacy_stream, tsma
 from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
@@ -348,7 +348,11 @@ class Session:
     def _exec_droptables(self, stmt: ast.DropTables) -> Result:
         infos = []
         for name in stmt.tables:
-            info = self.warehouse.find_table(self.db_of(name), normalize(name.name))
+            info = (
+                self._table_by_uid(name)
+                if stmt.by_uid
+                else self.warehouse.find_table(self.db_of(name), normalize(name.name))
+            )
             if info is None:
                 if stmt.if_exists:
                     continue
@@ -358,6 +362,8 @@ class Session:
             if not stmt.is_super and info.kind == "super" and self.dialect != "2.x":
                 # 2.x dropped super tables with DROP TABLE too (DROP STABLE came later)
                 raise CatalogError(f"{info.name} is a super table: use DROP STABLE")
+            if not stmt.by_uid:  # TDengine drops by uid whatever reads the table (its TSMAs stay listed)
+                tsma.refuse_drop_table(self.warehouse, info, name.pos)
             infos.append(info)
         for info in infos:
             if info.kind == "child":
@@ -368,6 +374,18 @@ class Session:
             notes = [self.control.stream_dropped(key) for key in stopped]
             return Result(message="\n".join(["Drop OK", *notes]))
         return Result(message="Drop OK")
+
+    def _table_by_uid(self, name: ast.QualifiedName) -> TableInfo | None:
+        """DROP TABLE WITH db.`uid`: the child or normal table with that uid (a super table's
+        uid names nothing here, as in TDengine)."""
+        db = self.db_of(name)
+        if not name.name.isdigit():
+            raise CatalogError(
+                f"{name.name!r} is not a table uid (DROP TABLE WITH db.`uid` takes the number ins_tables shows)"
+            )
+        return next(
+            (t for t in self.warehouse.catalog.list_tables(db, ["child", "normal"]) if t.uid == int(name.name)), None
+        )
 
     def _drop_output_tables_of(self, child: TableInfo) -> None:
         """DELETE_OUTPUT_TABLE: dropping a child table of a trigger super table drops the
@@ -412,6 +430,7 @@ class Session:
                 raise CatalogError(f"super table {info.name} has no tag {name}")
             if len(info.tags) == 1:
                 raise CatalogError(f"cannot drop {name}: a super table keeps at least one tag")
+            tsma.refuse_schema_change(self.warehouse, info, "tag", name, stmt.pos)
             for stream in load_streams(self.warehouse):
                 table = stream.trigger_table
                 if (
@@ -434,6 +453,7 @@ class Session:
         info = self.table(stmt.table)
         if info.kind != "child":
             raise CatalogError(f"{info.name} is not a child table: only child tables have tag values")
+        tsma.refuse_tag_values(self.warehouse, info, stmt.pos)
         tags = {t.name: t for t in info.tags}
         ctx = self.constants(info.db)
         values = {}
@@ -557,6 +577,7 @@ class Session:
             "STABLES": "ins_stables",
             "TABLES": "ins_tables",
             "STREAMS": "ins_streams",
+            "TSMAS": "ins_tsmas",
         }[stmt.what]
         db = None
         if stmt.what != "DATABASES":
@@ -660,6 +681,12 @@ class Session:
     def _exec_createsnode(self, stmt: ast.CreateSnode) -> Result:
         return legacy_stream.create_snode(stmt)
 
+    def _exec_createtsma(self, stmt: ast.CreateTsma) -> Result:
+        return tsma.create(self, stmt)
+
+    def _exec_droptsma(self, stmt: ast.DropTsma) -> Result:
+        return tsma.drop(self, stmt)
+
     def _exec_killstream(self, stmt: ast.KillStream) -> Result:
         return continuous_query.kill(self, stmt)
 
@@ -708,6 +735,7 @@ class Session:
     def _exec_dropstream(self, stmt: ast.DropStream) -> Result:
         found = self._stream(stmt.name, stmt.if_exists)
         if found is not None:
+            tsma.refuse_drop_stream(self.warehouse, *found, stmt.name.pos)
             with self.warehouse.catalog.transaction() as conn:
                 self.warehouse.catalog.drop_stream(conn, *found)
             return self.told("Drop OK", lambda control: control.stream_dropped(".".join(found)))

@@ -319,9 +319,13 @@ class CreateChildTables(Statement):
 
 @dataclass(frozen=True)
 class DropTables(Statement):
+    """``DROP {TABLE | STABLE} [IF EXISTS] names``, or ``… WITH db.`uid`, …`` (``by_uid``:
+    each name is a table's uid, as ``ins_tables`` shows it)."""
+
     tables: tuple[QualifiedName, ...]
     if_exists: bool
     is_super: bool
+    by_uid: bool = False
 
 
 @dataclass(frozen=True)
@@ -361,7 +365,7 @@ class AlterTags(Statement):
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """SHOW DATABASES | STABLES | TABLES | STREAMS [in db] [LIKE pattern]."""
+    """SHOW DATABASES | STABLES | TABLES | STREAMS | TSMAS [in db] [LIKE pattern]."""
 
     what: str
     db: str | None = None
@@ -563,6 +567,34 @@ class CreateContinuousQuery(Statement):
     table: QualifiedName
     if_not_exists: bool
     query: Select
+
+
+@dataclass(frozen=True)
+class TsmaFunction:
+    """One function of a TSMA's list: ``name`` (lower case) of the plain column ``column``."""
+
+    name: str
+    column: str
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CreateTsma(Statement):
+    """``CREATE [RECURSIVE] TSMA name ON [db.]table FUNCTION(f(col), …) INTERVAL(d)``; a
+    recursive TSMA names the TSMA it is built on as ``table`` and has no ``functions``."""
+
+    name: QualifiedName
+    table: QualifiedName
+    functions: tuple[TsmaFunction, ...]
+    interval: Duration
+    recursive: bool
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropTsma(Statement):
+    name: QualifiedName
+    if_exists: bool = False
 
 
 @dataclass(frozen=True)

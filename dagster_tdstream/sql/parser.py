@@ -19,6 +19,7 @@ from .legacy_stream import LEGACY_START_WORDS, parse_legacy_stream
 from .limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
+from .tsma import parse_create_tsma, parse_drop_tsma
 from .walk import depth
 
 T = TypeVar("T")
@@ -346,10 +347,14 @@ class _Parser:
             return self.create_table(is_super=False)
         if self.accept_word("STREAM"):
             return self.create_stream()
+        if self.accept_word("TSMA"):
+            return parse_create_tsma(self, recursive=False)
+        if self.accept_words("RECURSIVE", "TSMA"):
+            return parse_create_tsma(self, recursive=True)
         if self.accept_word("SNODE"):
             self.expect_words("ON", "DNODE")
             return ast.CreateSnode(self.integer("a dnode id"))
-        raise self.error("DATABASE, STABLE, TABLE, STREAM or SNODE", tok)
+        raise self.error("DATABASE, STABLE, TABLE, STREAM, TSMA, RECURSIVE TSMA or SNODE", tok)
 
     def create_database(self) -> ast.CreateDatabase:
         if_not_exists = self.accept_words("IF", "NOT", "EXISTS")
@@ -495,12 +500,17 @@ class _Parser:
             return ast.DropDatabase(name, if_exists, force)
         if self.accept_word("STABLE", "TABLE"):
             if_exists = self.accept_words("IF", "EXISTS")
+            if self.accept_word("WITH"):  # 3.3.x: tables named by their uid, db.`uid`
+                uids = self.comma_list(lambda: self.qualified_name("db.`uid` (a table's uid)"))
+                return ast.DropTables(tuple(uids), if_exists, tok.is_word("STABLE"), by_uid=True)
             names = self.comma_list(self.qualified_name)
             return ast.DropTables(tuple(names), if_exists, tok.is_word("STABLE"))
         if self.accept_word("STREAM"):
             if_exists = self.accept_words("IF", "EXISTS")
             return ast.DropStream(self.qualified_name("a stream name"), if_exists)
-        raise self.error("DATABASE, STABLE, TABLE or STREAM", tok)
+        if self.accept_word("TSMA"):
+            return parse_drop_tsma(self)
+        raise self.error("DATABASE, STABLE, TABLE, STREAM or TSMA", tok)
 
     def kill_stream(self) -> ast.KillStream:
         self.expect_words("KILL", "STREAM")
@@ -576,7 +586,7 @@ class _Parser:
         if self.peek().kind in (Kind.IDENT, Kind.QUOTED_IDENT) and self.peek(1).is_op("."):
             db = self.next().name
             self.next()
-        what_tok = self.expect_word("DATABASES", "STABLES", "TABLES", "STREAMS")
+        what_tok = self.expect_word("DATABASES", "STABLES", "TABLES", "STREAMS", "TSMAS")
         what = what_tok.upper
         if what == "DATABASES" and db:
             raise self.fail_at("SHOW DATABASES takes no database prefix", what_tok)

@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
 CDF_CONFIG = {"delta.enableChangeDataFeed": "true"}
@@ -135,7 +137,13 @@ class DeltaStore:
         version: int | None = None,
     ) -> pa.Table:
         dt = self.current(db, table) if version is None else self.open_at(db, table, version)
-        return dt.to_pyarrow_table(columns=columns, filters=filters)
+        if not is_local(self.uri(db, table)):
+            return dt.to_pyarrow_table(columns=columns, filters=filters)
+        # Local files are read by pyarrow itself: delta-rs's file system handler leaves its
+        # threads running when the interpreter exits, and every process that read through it
+        # aborted at exit ("terminate called without an active exception", delta-rs#2184)
+        dataset = pads.dataset(dt.file_uris(), format="parquet", schema=pa.schema(dt.schema().to_arrow()))
+        return dataset.to_table(columns=columns, filter=None if not filters else pq.filters_to_expression(filters))
 
     def file_uris(
         self,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import CatalogError
-from ..sql import ast
+from ..sql import ast, tsma
 from ..sql.constants import ConstantContext
 from ..sql.continuous_query import equivalent_stream
 from ..sql.legacy_stream import equivalent_stream as legacy_equivalent
@@ -79,6 +79,8 @@ class StreamDefinition:
 
 def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
     written = parse_statement(info.sql)
+    if isinstance(written, ast.CreateTsma):
+        return _tsma_stream(warehouse, info, written)
     if not isinstance(written, ast.CreateStream | ast.CreateContinuousQuery | ast.CreateLegacyStream):
         raise CatalogError(f"registry entry {info.key} is not a CREATE STREAM statement")  # pragma: no cover
     named = written.trigger_table if isinstance(written, ast.CreateStream) else _source_of(written.query)
@@ -105,6 +107,53 @@ def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
         key = trigger_table.primary_key if trigger_table is not None else "ts"
         stmt, family = legacy_equivalent(written, key), "legacy_stream"
     return StreamDefinition(info, stmt, trigger_table, precision, missing, family)
+
+
+def tsma_root(warehouse: Warehouse, info: StreamInfo) -> tuple[ast.CreateTsma, list[ast.CreateTsma]]:
+    """A TSMA's statement and the chain of statements down to the TSMA on the table itself
+    (a recursive TSMA keeps the functions of its base, and that base's)."""
+    written = parse_statement(info.sql)
+    assert isinstance(written, ast.CreateTsma)
+    chain = [written]
+    while chain[-1].recursive:
+        base = chain[-1].table
+        base_info = warehouse.catalog.get_stream((base.db or info.db).lower(), base.name.lower())
+        if base_info is None:
+            raise CatalogError(f"TSMA {info.key} is built on {base.db or info.db}.{base.name}, which does not exist")
+        parsed = parse_statement(base_info.sql)
+        assert isinstance(parsed, ast.CreateTsma)
+        chain.append(parsed)
+    return written, chain
+
+
+def _tsma_stream(warehouse: Warehouse, info: StreamInfo, written: ast.CreateTsma) -> StreamDefinition:
+    """A TSMA runs as the stream that keeps its intermediate states (``sql/tsma.py``): over the
+    table, or over the states of the TSMA it is built on. The output's tags are the ones it was
+    created with (a tag added to the table later is not in it)."""
+    _, chain = tsma_root(warehouse, info)
+    if written.recursive:
+        base = written.table
+        source_db, source = (base.db or info.db).lower(), base.name.lower() + tsma.OUTPUT_SUFFIX
+    else:
+        source_db, source = (written.table.db or info.db).lower(), written.table.name.lower()
+    trigger_table = warehouse.find_table(source_db, source) if warehouse.catalog.get_database(source_db) else None
+    output = warehouse.find_table(info.db, info.name + tsma.OUTPUT_SUFFIX)
+    tags_of = output if output is not None else trigger_table
+    tags = tuple(tags_of.tags) if tags_of is not None else ()
+    sql = tsma.stream_sql(
+        info.name,
+        info.db,
+        f"`{source_db}`.`{source}`",
+        written.interval,
+        tags,
+        tsma.states(chain[-1].functions),
+        written.recursive,
+    )
+    stmt = parse_statement(sql)
+    assert isinstance(stmt, ast.CreateStream)
+    precision = warehouse.database(info.db).precision
+    missing = None if trigger_table is not None else f"{source_db}.{source}"
+    return StreamDefinition(info, stmt, trigger_table, precision, missing, "tsma")
 
 
 def _source_of(query: ast.Select) -> ast.QualifiedName:

@@ -1,8 +1,8 @@
 """``information_schema``: the catalog as tables.
 
 Owns the system tables TDengine users query — ``ins_databases``, ``ins_stables``,
-``ins_tables``, ``ins_tags``, ``ins_streams``, ``ins_stream_tasks`` — built from the catalog as Arrow tables
-with TDengine's column names (timestamps as epoch milliseconds). ``SHOW …`` statements and
+``ins_tables``, ``ins_tags``, ``ins_streams``, ``ins_stream_tasks``, ``ins_tsmas`` — built from
+the catalog as Arrow tables with TDengine's column names (timestamps as epoch milliseconds). ``SHOW …`` statements and
 SELECTs over ``information_schema.*`` both read them. Reads only.
 """
 
@@ -14,10 +14,12 @@ from dataclasses import astuple, dataclass
 import pyarrow as pa
 
 from ..errors import CatalogError
-from ..sql.ast import ColumnDef, DataType
+from ..sql import tsma
+from ..sql.ast import ColumnDef, CreateTsma, DataType
+from ..sql.parser import parse_statement
 from ..sql.timeunits import PRECISIONS
 from .catalog import TICK_ERROR, StreamInfo
-from .registry import StreamDefinition, resolve_stream
+from .registry import StreamDefinition, resolve_stream, tsma_root
 from .warehouse import Warehouse
 
 SYSTEM_DB = "information_schema"
@@ -54,6 +56,13 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
         ColumnDef("pending_triggers", BIGINT), ColumnDef("recalculations", BIGINT),
         ColumnDef("last_error", _name(4096)), ColumnDef("notify_pending", BIGINT),
         ColumnDef("notify_dropped", BIGINT),
+    ),
+    # TDengine's ins_tsmas: func_list as the functions are written, interval as given
+    "ins_tsmas": (
+        ColumnDef("tsma_name", _name()), ColumnDef("db_name", _name(64)), ColumnDef("table_name", _name()),
+        ColumnDef("target_db", _name(64)), ColumnDef("target_stb", _name()), ColumnDef("stream_name", _name()),
+        ColumnDef("create_time", TS), ColumnDef("interval", _name(64)), ColumnDef("create_sql", _name(65535)),
+        ColumnDef("func_list", _name(65535)),
     ),
     # TDengine's stream tasks as they run here: the Reader is the trigger table's Delta log
     # (its versions are the WAL), the Trigger the stream's Dagster sensor or schedule, the
@@ -110,14 +119,56 @@ def _dbs(warehouse: Warehouse, db: str | None) -> list[str]:
 
 
 def _stables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    hidden = _tsma_outputs(warehouse)
     return [
         [t.name, t.db, t.created_at, len(t.columns), len(t.tags)]
         for name in _dbs(warehouse, db)
         for t in warehouse.catalog.list_tables(name, ["super"])
+        if (t.db, t.name) not in hidden
     ]
 
 
+def _tsma_outputs(warehouse: Warehouse) -> set[tuple[str, str]]:
+    """The TSMAs' output super tables, which TDengine keeps out of sight."""
+    return {(info.db, info.name + tsma.OUTPUT_SUFFIX) for info, _ in tsma_statements(warehouse)}
+
+
+def tsma_statements(warehouse: Warehouse, db: str | None = None) -> list[tuple[StreamInfo, CreateTsma]]:
+    """The TSMAs (of ``db``, or of every database) with their statements."""
+    found = []
+    for info in warehouse.catalog.list_streams(db):
+        # stored in the canonical form families/tsma.py writes
+        written = parse_statement(info.sql) if info.sql.startswith(tsma.STORED_PREFIXES) else None
+        if isinstance(written, CreateTsma):
+            found.append((info, written))
+    return found
+
+
+def _tsmas(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for info, written in tsma_statements(warehouse, db):
+        _, chain = tsma_root(warehouse, info)
+        root = chain[-1].table
+        functions = ",".join(f"{f.name}({f.column})" for f in chain[-1].functions)
+        rows.append(
+            [
+                info.name,
+                info.db,
+                root.name,
+                info.db,
+                info.name + tsma.OUTPUT_SUFFIX,
+                info.name,
+                info.created_at,
+                str(written.interval),
+                info.sql,
+                functions,
+            ]
+        )
+    return rows
+
+
 def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    hidden = _tsma_outputs(warehouse)
     return [
         [
             t.name,
@@ -130,6 +181,7 @@ def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
         ]
         for name in _dbs(warehouse, db)
         for t in warehouse.catalog.list_tables(name, ["child", "normal"])
+        if (t.db, t.stable) not in hidden
     ]
 
 
@@ -300,4 +352,5 @@ _ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {
     "ins_tags": _tags,
     "ins_streams": _streams,
     "ins_stream_tasks": _stream_tasks,
+    "ins_tsmas": _tsmas,
 }

@@ -37,6 +37,7 @@ from ..sql.validate import validate_create_stream
 from ..storage.registry import load_streams
 from ..storage.warehouse import Warehouse
 from ..triggers.plan import not_built
+from .datagen import GeneratorError, generate, render
 from .harness import StreamHarness
 
 
@@ -157,7 +158,7 @@ def run_case(case: dict[str, Any], *, spark: Any = None) -> CaseResult:
         with tempfile.TemporaryDirectory(prefix="tdstream-case-") as tmp:
             _run(case, Path(tmp), spark)
         return CaseResult(case_id, True, "", time.monotonic() - started)
-    except CaseFailed as exc:
+    except (CaseFailed, GeneratorError) as exc:
         return CaseResult(case_id, False, str(exc), time.monotonic() - started)
     except (TDStreamError, TimeValueError) as exc:
         return CaseResult(case_id, False, str(exc), time.monotonic() - started)
@@ -174,6 +175,9 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case))
         harness = StreamHarness(warehouse, timezone=timezone)
         now_ms = time.time_ns() // 10**6  # <NOW>: the client clock, captured once at test start
+        if "data_generator" in case:  # the data the setup's comment stands for, created first
+            for statement in generate(case["data_generator"]):
+                _execute(session, statement, "setup")
         for sql in case.get("setup_sql", []):
             for statement in expand(sql, now_ms):
                 _execute(session, statement, "setup")
@@ -234,9 +238,28 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         warehouse.close()
 
 
+_LOOKUP = re.compile(r"<uid of (\w+) from information_schema\.(\w+) column (\d+)>")
+
+
+def _with_lookups(session: Session, sql: str) -> str:
+    """``<uid of NAME from information_schema.TABLE column N>``: column N of NAME's row there
+    (the tests read a table's uid before dropping it by uid)."""
+
+    def value(match: re.Match[str]) -> str:
+        name, table, column = match.group(1), match.group(2), int(match.group(3))
+        data = session.query(f"select * from information_schema.{table}").to_arrow()
+        names, values = data.column(0).to_pylist(), data.column(column).to_pylist()
+        found = [v for n, v in zip(names, values, strict=True) if n == name.lower()]
+        if not found:
+            raise CaseFailed(f"{match.group(0)}: no row for {name} in information_schema.{table}")
+        return str(found[0])
+
+    return _LOOKUP.sub(value, sql)
+
+
 def _execute(session: Session, sql: str, where: str) -> None:
     try:
-        session.execute(sql)
+        session.execute(_with_lookups(session, sql) if "<uid of " in sql else sql)
     except (TDStreamError, TimeValueError) as exc:
         raise CaseFailed(f"{where} statement failed: {exc} [{sql.strip()[:120]}]") from None
 
@@ -335,10 +358,7 @@ def _loop(text: str, names: dict[str, int]) -> list[str]:
 
 
 def _fill(template: str, names: dict[str, int]) -> str:
-    parts = re.split(r"\{([^}]*)\}", template)
-    return "".join(
-        part if k % 2 == 0 else str(_evaluate(_expression(part), names, part)) for k, part in enumerate(parts)
-    )
+    return render(template, names)
 
 
 def _check(session: Session, check: dict[str, Any], history: dict[str, list[list[Any]]]) -> None:
@@ -467,15 +487,10 @@ def generated_inserts(generator: dict[str, Any]) -> list[str]:
     template = _TEMPLATE.search(writer)
     if template is None or not isinstance(count, int):
         raise CaseFailed(f"generator {writer[:80]!r}: expected a writer with an INSERT … VALUES (…) template and N")
-    parts = re.split(r"\{([^}]*)\}", template.group(0))  # text, field, text, field, …, text
-    fields = [_expression(part) for part in parts[1::2]]
     statements: list[str] = []
     prefix, rows = "", []
     for i in range(count):
-        names = {"i": i, "j": 0}
-        text = "".join(
-            part if k % 2 == 0 else str(_evaluate(fields[k // 2], names, parts[k])) for k, part in enumerate(parts)
-        )
+        text = render(template.group(0), {"i": i, "j": 0})
         head, _, values = text.partition(" values ")
         if head != prefix or len(rows) == _BATCH_ROWS:
             if rows:
@@ -485,32 +500,6 @@ def generated_inserts(generator: dict[str, Any]) -> list[str]:
     if rows:
         statements.append(f"{prefix} values {' '.join(rows)}")
     return statements
-
-
-def _expression(text: str) -> pyast.expr:
-    try:
-        return pyast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        raise CaseFailed(f"generator field {{{text}}} is not an expression") from None
-
-
-def _evaluate(node: pyast.expr, names: dict[str, int], text: str) -> int:
-    if isinstance(node, pyast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, pyast.Name) and node.id in names:
-        return names[node.id]
-    if isinstance(node, pyast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left, names, text), _evaluate(node.right, names, text))
-    raise CaseFailed(f"generator field {{{text}}}: only integer arithmetic over {sorted(names)} is understood")
-
-
-_OPERATORS: dict[type, Callable[[int, int], int]] = {
-    pyast.Add: operator.add,
-    pyast.Sub: operator.sub,
-    pyast.Mult: operator.mul,
-    pyast.FloorDiv: operator.floordiv,
-    pyast.Mod: operator.mod,
-}
 
 
 def _query(session: Session, query: str, label: str) -> Result:

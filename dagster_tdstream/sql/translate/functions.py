@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..limits import LIMITS
+from ..tsma import FUNCTION_STATES, TSMA_FUNCTIONS
 
 NUMERIC = ("int", "float")
 STRING = ("string",)
@@ -193,6 +194,18 @@ def sql_support_markdown() -> str:
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(SERIES_FUNCTIONS.items())]
     lines += ["", "## Other", "", "| function | computes |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(OTHER.items())]
+    lines += [
+        "",
+        "## TSMA functions",
+        "",
+        "What `CREATE TSMA … FUNCTION(f(col))` keeps per window (`count(*)`",
+        "is written `count(ts)`).",
+        "",
+    ]
+    lines += ["| function | states kept |", "|---|---|"]
+    lines += [
+        f"| `{name}` | {', '.join(f'`{kind}_col`' for kind in FUNCTION_STATES[name])} |" for name in TSMA_FUNCTIONS
+    ]
     lines += ["", "## Limits", "", "Beyond them a statement is refused with its position.", ""]
     lines += ["| limit | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in LIMITS.items())]
     return "\n".join(lines) + "\n"
