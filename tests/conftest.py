@@ -27,15 +27,33 @@ os.environ.pop(SPARK_MASTER_ENV, None)  # the tests' own warm server, whatever t
 CONFORMANCE = Path(__file__).resolve().parent / "conformance" / "tdengine"
 
 
+def _shared_home(base: Path) -> Path:
+    """The server's folder for the whole run: with pytest-xdist each worker's base folder is
+    ``<run's base>/popen-gwN``, so the workers share the run's one server."""
+    return base.parent / "spark-connect" if os.environ.get("PYTEST_XDIST_WORKER") else base / "spark-connect"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every Spark client of the run — test sessions, harness runs, CLI commands, Dagster
-    subprocesses (they inherit the environment) — adopts the one server kept here."""
-    home = tmp_path_factory.mktemp("spark-connect")
+    subprocesses (they inherit the environment), every xdist worker — adopts the one server
+    kept here (started by the first that needs it; the server start is locked)."""
+    home = _shared_home(tmp_path_factory.getbasetemp())
+    home.mkdir(parents=True, exist_ok=True)
     os.environ[HOME_ENV] = str(home)
     yield home
-    stop_server(home)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # a worker leaves it to the others
+        stop_server(home)
     os.environ.pop(HOME_ENV, None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With xdist, the run's controller stops the server once every worker is done."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(session.config.option, "numprocesses", None):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        stop_server(factory.getbasetemp() / "spark-connect")  # the workers' base folders are inside
 
 
 @pytest.fixture(scope="session")
