@@ -20,17 +20,14 @@ from ..sql.continuous_query import validate_continuous_query
 from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import StreamInfo, TableInfo
 from ..storage.registry import load_streams, resolve_stream
-from ..storage.streamcheck import check_stream_against_catalog
 from ..triggers.engine import WINDOW_CLOSE
+from .register import checked_stream, register_with_output
 
 if TYPE_CHECKING:
     from ..session import Session
 
 
 def create(session: Session, stmt: ast.CreateContinuousQuery) -> Result:
-    from ..compute.output import create_declared_output
-    from ..compute.run import check_stream_query
-
     warehouse = session.warehouse
     db, name = session.db_of(stmt.table), stmt.table.name.lower()
     warehouse.database(db)
@@ -46,19 +43,8 @@ def create(session: Session, stmt: ast.CreateContinuousQuery) -> Result:
     session.table(source.table)  # a missing source is an error now, not at the first window
     created_at = session.clock() // 10**6
     info = StreamInfo(db, name, stmt.text, "Running", created_at, 0, session.timezone.key)
-    stream = resolve_stream(warehouse, info)
-    check_stream_against_catalog(stream.stmt, db, warehouse, session.timezone)
-    columns = check_stream_query(warehouse, stream, session.timezone)
-    table = stream.trigger_table
-    assert table is not None
-    create_declared_output(warehouse, stream, columns, {c.name: c.type for c in (*table.columns, *table.tags)})
-    try:
-        with warehouse.catalog.transaction() as conn:
-            warehouse.catalog.add_stream(conn, db, name, stmt.text, 0, session.timezone.key, created_at)
-    except Exception:
-        warehouse.drop_table(warehouse.table(db, name))  # nothing is left of a rejected statement
-        raise
-    return session.told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
+    stream, columns = checked_stream(session, info)
+    return register_with_output(session, stream, columns)
 
 
 def stopped_by_drop(session: Session, dropped: list[TableInfo]) -> list[str]:

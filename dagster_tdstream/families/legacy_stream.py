@@ -17,17 +17,14 @@ from ..results import Result
 from ..sql import ast
 from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream
 from ..storage.catalog import StreamInfo
-from ..storage.registry import load_streams, resolve_stream
-from ..storage.streamcheck import check_stream_against_catalog
+from ..storage.registry import load_streams
+from .register import checked_stream, register_with_output
 
 if TYPE_CHECKING:
     from ..session import Session
 
 
 def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
-    from ..compute.output import create_declared_output
-    from ..compute.run import check_stream_query
-
     warehouse = session.warehouse
     db, name = session.db_of(stmt.name), stmt.name.name.lower()
     warehouse.database(db)
@@ -50,10 +47,8 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             statement=stmt.text,
         )
     info = StreamInfo(db, name, stmt.text, "Running", 0, 0, session.timezone.key)
-    stream = resolve_stream(warehouse, info)
-    check_stream_against_catalog(stream.stmt, db, warehouse, session.timezone)
+    stream, columns = checked_stream(session, info)
     start_offset = session.stream_start_offset(stream.stmt, db)
-    columns = check_stream_query(warehouse, stream, session.timezone)
     if stmt.columns and len(stmt.columns) != len(columns):
         raise StreamValidationError(
             f"the output column list names {len(stmt.columns)} column(s), the query returns {len(columns)}"
@@ -80,17 +75,7 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             f"stream {writer} already writes {'.'.join(output)}: a table is the output of one stream",
             statement=stmt.text,
         )
-    created = output is not None and warehouse.find_table(*output) is None
-    if created and columns:
-        create_declared_output(warehouse, stream, columns, {c.name: c.type for c in (*table.columns, *table.tags)})
-    try:
-        with warehouse.catalog.transaction() as conn:
-            warehouse.catalog.add_stream(conn, db, name, stmt.text, start_offset, session.timezone.key)
-    except Exception:
-        if created and output is not None and warehouse.find_table(*output) is not None:
-            warehouse.drop_table(warehouse.table(*output))  # nothing is left of a rejected statement
-        raise
-    return session.told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
+    return register_with_output(session, stream, columns, start_offset)
 
 
 def create_snode(stmt: ast.CreateSnode) -> Result:

@@ -19,9 +19,9 @@ from ..errors import CatalogError, StreamValidationError
 from ..results import Result
 from ..sql import ast, tsma
 from ..storage.catalog import StreamInfo, TableInfo
-from ..storage.registry import resolve_stream, tsma_root
-from ..storage.streamcheck import check_stream_against_catalog
+from ..storage.registry import tsma_root
 from ..storage.system import tsma_statements
+from .register import checked_stream, register_with_output
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -40,9 +40,6 @@ def _fail(exc: type[Exception], message: str, where: ast.Pos) -> Exception:
 
 
 def create(session: Session, stmt: ast.CreateTsma) -> Result:
-    from ..compute.output import create_declared_output
-    from ..compute.run import check_stream_query
-
     warehouse = session.warehouse
     name = stmt.name.name.lower()
     if stmt.recursive:
@@ -82,21 +79,9 @@ def create(session: Session, stmt: ast.CreateTsma) -> Result:
             stmt.pos,
         )
     created_at = session.clock() // 10**6
-    text = _canonical(stmt, db)
-    info = StreamInfo(db, name, text, "Running", created_at, 0, session.timezone.key)
-    stream = resolve_stream(warehouse, info)
-    check_stream_against_catalog(stream.stmt, db, warehouse, session.timezone)
-    columns = check_stream_query(warehouse, stream, session.timezone)
-    source = stream.trigger_table
-    assert source is not None
-    create_declared_output(warehouse, stream, columns, {c.name: c.type for c in (*source.columns, *source.tags)})
-    try:
-        with warehouse.catalog.transaction() as conn:
-            warehouse.catalog.add_stream(conn, db, name, text, 0, session.timezone.key, created_at)
-    except Exception:
-        warehouse.drop_table(warehouse.table(db, name + tsma.OUTPUT_SUFFIX))  # nothing is left of a rejection
-        raise
-    return session.told("Create OK", lambda control: control.stream_created(f"{db}.{name}"))
+    info = StreamInfo(db, name, _canonical(stmt, db), "Running", created_at, 0, session.timezone.key)
+    stream, columns = checked_stream(session, info)
+    return register_with_output(session, stream, columns)
 
 
 def _canonical(stmt: ast.CreateTsma, db: str) -> str:
