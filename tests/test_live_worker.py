@@ -1,11 +1,11 @@
 """The live worker: one long-lived Dagster run computes the small batches of every
 data-triggered stream on the warm Spark, while the trigger sensors keep reading the WAL. The
-worker runs for real (its job, in a thread, against the harness's Dagster instance); the
+worker runs for real (its job, in a process of its own, against the harness's Dagster instance); the
 sensors are evaluated by the harness as the daemon would."""
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +14,7 @@ from unittest.mock import patch
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
 from dagster._core.events import DagsterEvent, DagsterEventType
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.dagster_run import DagsterRun
 
 from dagster_tdstream import Session, StreamHarness
@@ -55,45 +56,61 @@ def landed(session: Session, table: str, rows: list[tuple[Any, ...]]) -> bool:
         return False
 
 
-class RunningWorker:
-    """The worker job executed in a thread, as the daemon's run process would execute it."""
-
-    def __init__(self, harness: StreamHarness) -> None:
-        self.harness = harness
-        job, self.sensor = build_live_worker(DagsterTDStreamTranslator())
-        self.result: Any = None
-        self.thread = threading.Thread(target=self._run, args=(job,), daemon=True)
-
-    def _run(self, job: Any) -> None:
-        self.result = job.execute_in_process(
-            instance=self.harness.instance,
-            resources=self.harness.resources,
+def _run_worker(instance_dir: str, resources: dict[str, tuple[type, dict[str, Any]]], max_triggers: int | None) -> None:
+    """The worker job in its own process, as the daemon launches its run (two Dagster runs in
+    threads of one process deadlock on the logging module's locks). Resources travel as their
+    class and field values (Dagster's resource objects do not survive pickling)."""
+    if max_triggers is not None:
+        worker_module.MAX_WORKER_TRIGGERS = max_triggers
+    job, _ = build_live_worker(DagsterTDStreamTranslator())
+    with DagsterInstance.from_ref(InstanceRef.from_dir(instance_dir)) as instance:
+        job.execute_in_process(
+            instance=instance,
+            resources={name: cls(**fields) for name, (cls, fields) in resources.items()},
             run_config={"ops": {WORKER_OP: {"config": {"seconds": 120, "poll_seconds": 0.1}}}},
             tags={LIVE_TAG: WORKER},
             raise_on_error=False,
         )
 
-    def start(self) -> str:
-        self.thread.start()
+
+class RunningWorker:
+    """The worker job executed in a process of its own, against the harness's instance."""
+
+    def __init__(self, harness: StreamHarness) -> None:
+        self.harness = harness
+        _, self.sensor = build_live_worker(DagsterTDStreamTranslator())
+        self.process: Any = None
+
+    def start(self, max_triggers: int | None = None) -> str:
+        root = self.harness.instance.root_directory
+        context = multiprocessing.get_context("spawn")
+        resources = {name: (type(r), r.model_dump()) for name, r in self.harness.resources.items()}
+        self.process = context.Process(target=_run_worker, args=(root, resources, max_triggers))
+        self.process.start()
         return wait_for(lambda: worker_run_id(self.harness.instance), "the worker run starts")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
 
     def stop(self, run_id: str) -> None:
         """Terminate it as the UI does: the loop sees the run canceling and ends."""
         run = self.harness.instance.get_run_by_id(run_id)
         assert run is not None
         self.harness.instance.report_run_canceling(run)
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive()
+        self.process.join(timeout=60)  # the loop polls every 0.1 s; the process then exits
+        assert not self.process.is_alive()
 
 
 @pytest.fixture
 def worker(harness: StreamHarness) -> Iterator[RunningWorker]:
     running = RunningWorker(harness)
     yield running
-    if running.thread.is_alive():  # a failed test: end it anyway
+    if running.alive():  # a failed test: end it anyway
         run_id = worker_run_id(harness.instance)
         if run_id is not None:
             running.stop(run_id)
+        if running.alive():
+            running.process.kill()
 
 
 def test_the_worker_computes_every_streams_small_batches_and_records_their_partitions(
@@ -135,8 +152,8 @@ def test_without_a_worker_or_for_a_failed_or_large_batch_the_sensor_starts_a_bat
     harness.run_until_idle()  # no worker: batch runs, as before
     assert output(session, "select * from o1") == [(T, 1)]
     assert [r.tags.get(STREAM_TAG) for r in harness.instance.get_runs() if STREAM_TAG in r.tags].count("d.s1") == 1
-    monkeypatch.setattr(worker_module, "MAX_WORKER_TRIGGERS", 1)
-    run_id = worker.start()
+    monkeypatch.setattr(worker_module, "MAX_WORKER_TRIGGERS", 1)  # the sensors' side; start() the worker's
+    run_id = worker.start(max_triggers=1)
     # a stream whose last computation failed is retried by the batch path, visibly
     harness.warehouse.catalog.set_stream_error("d.s2", "run x failed: boom")
     session.execute(f"insert into t values ({T + 20000}, 3) ({T + 30000}, 4) ({T + 40000}, 5)")
