@@ -142,7 +142,9 @@ class DeltaStore:
         # Local files are read by pyarrow itself: delta-rs's file system handler leaves its
         # threads running when the interpreter exits, and every process that read through it
         # aborted at exit ("terminate called without an active exception", delta-rs#2184)
-        dataset = pads.dataset(dt.file_uris(), format="parquet", schema=pa.schema(dt.schema().to_arrow()))
+        # — and, as delta-rs did, only the files whose statistics admit the filters are opened
+        files = _pruned(dt, filters) if filters else dt.file_uris()
+        dataset = pads.dataset(files, format="parquet", schema=pa.schema(dt.schema().to_arrow()))
         return dataset.to_table(columns=columns, filter=None if not filters else pq.filters_to_expression(filters))
 
     def file_uris(
@@ -159,19 +161,12 @@ class DeltaStore:
         that may hold that text there — a batch of a stream or a query of one child table reads
         the few files it needs, not every file the table ever got (Spark lists and opens each)."""
         dt = self.current(db, table) if version is None else self.open_at(db, table, version)
-        files = dt.file_uris()
-        if key_range is None and equals is None:
-            return files
-        actions = pa.table(dt.get_add_actions(flatten=True))
-        keep = [True] * actions.num_rows
+        ranges: list[tuple[str, Any, Any]] = []
         if key_range is not None:
-            column, low, high = key_range
-            keep = _may_hold(actions, column, keep, _integers, low, high)
+            ranges.append(key_range)
         if equals is not None:
-            keep = _may_hold(actions, equals[0], keep, _untruncated, equals[1], equals[1])
-        kept = {path.rsplit("/", 1)[-1] for path, k in zip(actions.column("path").to_pylist(), keep, strict=True) if k}
-        # file names are unique in a table (a UUID each): the URI's last part names its action
-        return [uri for uri in files if uri.rsplit("/", 1)[-1] in kept]
+            ranges.append((equals[0], equals[1], equals[1]))
+        return _files_in_ranges(dt, ranges) if ranges else dt.file_uris()
 
     def drop(self, db: str, table: str) -> None:
         uri = self.uri(db, table)
@@ -218,5 +213,35 @@ def _may_hold(
         return keep
     lows, highs = actions.column(f"min.{column}").to_pylist(), actions.column(f"max.{column}").to_pylist()
     return [
-        k and (not usable(lo, hi) or (lo <= high and hi >= low)) for k, lo, hi in zip(keep, lows, highs, strict=True)
+        k and (not usable(lo, hi) or ((high is None or lo <= high) and (low is None or hi >= low)))
+        for k, lo, hi in zip(keep, lows, highs, strict=True)
     ]
+
+
+_BOUNDS = {">=": "low", ">": "low", "<=": "high", "<": "high", "=": "both", "==": "both"}
+
+
+def _pruned(dt: DeltaTable, filters: list[tuple[str, str, object]]) -> list[str]:
+    """The files whose statistics admit every comparison of ``filters`` (an AND of
+    (column, op, value)); other operators prune nothing."""
+    ranges: list[tuple[str, Any, Any]] = []
+    for column, op, value in filters:
+        side = _BOUNDS.get(op)
+        if side is None or not isinstance(value, int | str) or isinstance(value, bool):
+            continue
+        # a strict bound is kept inclusive: a file may only be kept too often, never dropped wrongly
+        ranges.append((column, None if side == "high" else value, None if side == "low" else value))
+    return _files_in_ranges(dt, ranges) if ranges else dt.file_uris()
+
+
+def _files_in_ranges(dt: DeltaTable, ranges: list[tuple[str, Any, Any]]) -> list[str]:
+    """The snapshot's files whose [min, max] of each column meets its [low, high] (None: open)."""
+    files = dt.file_uris()
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    keep = [True] * actions.num_rows
+    for column, low, high in ranges:
+        usable = _untruncated if isinstance(low if low is not None else high, str) else _integers
+        keep = _may_hold(actions, column, keep, usable, low, high)
+    kept = {path.rsplit("/", 1)[-1] for path, k in zip(actions.column("path").to_pylist(), keep, strict=True) if k}
+    # file names are unique in a table (a UUID each): the URI's last part names its action
+    return [uri for uri in files if uri.rsplit("/", 1)[-1] in kept]

@@ -175,7 +175,7 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case))
         harness = StreamHarness(warehouse, timezone=timezone)
         now_ms = time.time_ns() // 10**6  # <NOW>: the client clock, captured once at test start
-        if "data_generator" in case:  # the data the setup's comment stands for, created first
+        if _describes_data(case):  # the data the setup's comment stands for, created first
             for statement in generate(case["data_generator"]):
                 _execute(session, statement, "setup")
         for sql in case.get("setup_sql", []):
@@ -236,6 +236,14 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                         _check(session, check, history)
     finally:
         warehouse.close()
+
+
+def _describes_data(case: dict[str, Any]) -> bool:
+    """A ``data_generator`` to run: unless the setup expands the same data itself with a
+    ``-- data_generator: for …`` line (the field then only describes it)."""
+    if "data_generator" not in case:
+        return False
+    return not any(re.match(r"\s*--\s*data_generator:\s*for\b", sql) for sql in case.get("setup_sql", []))
 
 
 _LOOKUP = re.compile(r"<uid of (\w+) from information_schema\.(\w+) column (\d+)>")
