@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -86,6 +87,17 @@ def sql_session(warehouse: Warehouse) -> Session:
 def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
     """Drives the warehouse's streams in-process through Dagster (UTC literals)."""
     return StreamHarness(warehouse, timezone="UTC")
+
+
+def assert_rejected(session: Session, statement: str, message: str) -> None:
+    """The statement fails with ``message`` at a position, and no stream exists after it."""
+    from dagster_tdstream.errors import TDStreamError
+    from dagster_tdstream.storage.registry import load_streams
+
+    with pytest.raises(TDStreamError, match=re.escape(message)) as caught:
+        session.execute(statement)
+    assert "line 1" in str(caught.value)
+    assert load_streams(session.warehouse) == []
 
 
 def output(session: Session, sql: str) -> list[tuple[Any, ...]]:

@@ -12,9 +12,8 @@ from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.legacy_stream import equivalent_stream
 from dagster_tdstream.sql.parser import parse_statement
-from dagster_tdstream.storage.registry import load_streams
 
-from .conftest import output
+from .conftest import assert_rejected, output
 
 T0 = 1_648_791_213_000
 
@@ -81,10 +80,7 @@ def test_legacy_rules_reject_with_a_position_and_create_nothing(
     sql_session: Session, statement: str, message: str
 ) -> None:
     _setup(sql_session)
-    with pytest.raises(TDStreamError, match=re.escape(message)) as caught:
-        sql_session.execute(statement)
-    assert "line 1" in str(caught.value)
-    assert load_streams(sql_session.warehouse) == []
+    assert_rejected(sql_session, statement, message)
     assert sql_session.warehouse.find_table("lg", "o") is None
 
 

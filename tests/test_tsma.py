@@ -11,10 +11,9 @@ from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.sql.timeunits import parse_duration
 from dagster_tdstream.sql.tsma import recursive_interval_allowed
-from dagster_tdstream.storage.registry import load_streams
 from dagster_tdstream.storage.system import system_table
 
-from .conftest import output
+from .conftest import assert_rejected, output
 
 T0 = 1_537_146_000_000  # 2018-09-17 01:00:00 UTC, a whole hour
 MINUTE = 60_000
@@ -59,10 +58,7 @@ def test_tsma_rules_reject_with_a_position_and_create_nothing(
     sql_session: Session, statement: str, message: str
 ) -> None:
     _setup(sql_session)
-    with pytest.raises(TDStreamError, match=re.escape(message)) as caught:
-        sql_session.execute(statement)
-    assert "line 1" in str(caught.value)
-    assert load_streams(sql_session.warehouse) == []
+    assert_rejected(sql_session, statement, message)
     assert system_table(sql_session.warehouse, "ins_tsmas").num_rows == 0
     assert [t.name for t in sql_session.warehouse.catalog.list_tables("tm", ["super"])] == ["meters"]
 
