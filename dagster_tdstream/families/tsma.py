@@ -20,7 +20,7 @@ from ..results import Result
 from ..sql import ast, tsma
 from ..storage.catalog import StreamInfo, TableInfo
 from ..storage.registry import tsma_root
-from ..storage.system import tsma_statements
+from ..storage.system import tsma_outputs, tsma_statements
 from .register import checked_stream, register_with_output
 
 if TYPE_CHECKING:
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from ..storage.warehouse import Warehouse
 
 _NUMERIC = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL")
-
-
-def hidden_tables(warehouse: Warehouse) -> set[tuple[str, str]]:
-    """The TSMAs' output super tables: users neither see nor drop them."""
-    return {(info.db, info.name + tsma.OUTPUT_SUFFIX) for info, _ in tsma_statements(warehouse)}
 
 
 def _fail(exc: type[Exception], message: str, where: ast.Pos) -> Exception:
@@ -105,7 +100,7 @@ def _check_table(warehouse: Warehouse, table: TableInfo, stmt: ast.CreateTsma) -
             f"Invalid table to create tsma, only stable or normal table allowed: {table.name} is a child table",
             stmt.table.pos,
         )
-    if (table.db, table.name) in hidden_tables(warehouse):
+    if (table.db, table.name) in tsma_outputs(warehouse):
         raise _fail(CatalogError, f"table {table.db}.{table.name} does not exist", stmt.table.pos)
 
 
@@ -193,7 +188,7 @@ def refuse_drop_table(warehouse: Warehouse, table: TableInfo, where: ast.Pos) ->
     """A super or normal table with a TSMA stays until its TSMAs are dropped (child tables go)."""
     if table.kind == "child":
         return
-    if (table.db, table.name) in hidden_tables(warehouse):
+    if (table.db, table.name) in tsma_outputs(warehouse):
         raise _fail(
             StreamValidationError,
             f"{table.db}.{table.name} is a TSMA's output: DROP TSMA {table.name[: -len(tsma.OUTPUT_SUFFIX)]} drops it",

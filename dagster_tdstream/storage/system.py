@@ -119,7 +119,7 @@ def _dbs(warehouse: Warehouse, db: str | None) -> list[str]:
 
 
 def _stables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
-    hidden = _tsma_outputs(warehouse)
+    hidden = tsma_outputs(warehouse)
     return [
         [t.name, t.db, t.created_at, len(t.columns), len(t.tags)]
         for name in _dbs(warehouse, db)
@@ -128,7 +128,7 @@ def _stables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     ]
 
 
-def _tsma_outputs(warehouse: Warehouse) -> set[tuple[str, str]]:
+def tsma_outputs(warehouse: Warehouse) -> set[tuple[str, str]]:
     """The TSMAs' output super tables, which TDengine keeps out of sight."""
     return {(info.db, info.name + tsma.OUTPUT_SUFFIX) for info, _ in tsma_statements(warehouse)}
 
@@ -168,7 +168,7 @@ def _tsmas(warehouse: Warehouse, db: str | None) -> list[list[object]]:
 
 
 def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
-    hidden = _tsma_outputs(warehouse)
+    hidden = tsma_outputs(warehouse)
     return [
         [
             t.name,
