@@ -31,7 +31,8 @@ from .errors import (
     TDStreamError,
     WriteRejectedError,
 )
-from .families import continuous_query, legacy_stream, tsma
+from .families import continuous_query, legacy_stream, tsma, tsma_query
+from .families.client_options import ClientOptions
 from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
@@ -110,6 +111,7 @@ class Session:
         self.query_timeout = query_timeout  # seconds a SELECT may run before it is cancelled
         self.dialect = dialect  # "2.x": INTERVAL queries lead with the window start, as the 2.x client shows
         self._view_counter = 0
+        self.options = ClientOptions()  # ALTER LOCAL: querySmaOptimize, maxTsmaCalcDelay
 
     # ------------------------------------------------------------------ entry points
 
@@ -622,23 +624,54 @@ class Session:
         # the whole answer, the query runs again over the whole table
         newest = newest_rows(select, self.warehouse, self.database)
         answer = self._run_select(select, newest) if newest is not None else None
+        # TDengine tries the last-row path first, then a TSMA (its documented order)
+        chosen = self._tsma_for(select) if answer is None else None
         if answer is None:
-            answer = self._run_select(select, None)
+            answer = self._run_select(select, None, chosen)
         assert answer is not None  # without a floor the rows read are the answer
         arrow, translated = answer
         table = to_result_table(arrow, translated.columns, translated.precision)
-        return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
+        if chosen is None:
+            return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
+        # which TSMA answered: in the message and in the result's schema metadata
+        table = table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), b"tdstream.tsma": chosen[1].key.encode()}
+        )
+        return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set (read from TSMA {chosen[1].key})")
 
-    def _run_select(self, select: ast.Select, newest: NewestRows | None) -> tuple[pa.Table, TranslatedQuery] | None:
+    def _tsma_for(self, select: ast.Select) -> tuple[TableInfo, tsma_query.TsmaChoice] | None:
+        """The TSMA the query reads instead of its table's rows, if the session lets it
+        (querySmaOptimize) and one covers it."""
+        if not self.options.query_sma_optimize or not isinstance(select.source, ast.TableSource):
+            return None
+        name = select.source.table
+        db = self.db_of(name)
+        if db == SYSTEM_DB:
+            return None
+        table = self.warehouse.table(db, name.name.lower())
+        constants = ConstantContext(self.warehouse.database(db).precision, self.timezone, self.clock())
+        choice = tsma_query.choose(self.warehouse, select, table, constants, self.options.max_tsma_calc_delay)
+        return (table, choice) if choice is not None else None
+
+    def _run_select(
+        self,
+        select: ast.Select,
+        newest: NewestRows | None,
+        tsma_read: tuple[TableInfo, tsma_query.TsmaChoice] | None = None,
+    ) -> tuple[pa.Table, TranslatedQuery] | None:
         """The query's rows (reading only above ``newest``'s floor when given; None when
-        those rows are not proven to be the whole answer)."""
+        those rows are not proven to be the whole answer), its table read as a TSMA's states
+        when ``tsma_read`` is given."""
         from .compute.query import run_query
+        from .compute.tsma_states import read_states
         from .storage.spark_read import SparkViews
 
         if newest is not None and not newest.covers(self.warehouse):
             return None
         views = SparkViews(self.spark.get(), self.warehouse, self.database, newest.floors if newest else None)
         try:
+            if tsma_read is not None:
+                read_states(views, *tsma_read)
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
             translated = translate_select(select, ctx)
             arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
@@ -686,6 +719,9 @@ class Session:
 
     def _exec_droptsma(self, stmt: ast.DropTsma) -> Result:
         return tsma.drop(self, stmt)
+
+    def _exec_alterlocal(self, stmt: ast.AlterLocal) -> Result:
+        return Result(message=self.options.alter(stmt))
 
     def _exec_killstream(self, stmt: ast.KillStream) -> Result:
         return continuous_query.kill(self, stmt)

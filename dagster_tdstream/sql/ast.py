@@ -250,6 +250,8 @@ class Select:
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
     # ``PARTITION BY tbname AS t``: the names a legacy stream's SUBTABLE and TAGS refer to
     partition_aliases: tuple[str | None, ...] = ()
+    # ``/*+ skip_tsma() */``: the hints' names, lower case
+    hints: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- statements
@@ -361,6 +363,14 @@ class AlterTags(Statement):
     table: QualifiedName
     added: ColumnDef | None = None
     dropped: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterLocal(Statement):
+    """``ALTER LOCAL 'name' 'value'`` (or ``'name value'``): a client option of this session."""
+
+    name: str
+    value: str
 
 
 @dataclass(frozen=True)

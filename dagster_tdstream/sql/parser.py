@@ -562,8 +562,16 @@ class _Parser:
         where = self.expression() if self.accept_word("WHERE") else None
         return ast.Delete(name, where)
 
-    def alter(self) -> ast.AlterTableSetTags | ast.AlterTags:
+    def alter(self) -> ast.AlterTableSetTags | ast.AlterTags | ast.AlterLocal:
         self.expect_word("ALTER")
+        if self.accept_word("LOCAL"):
+            first = self.string("an option name in quotes, e.g. 'querySmaOptimize'")
+            if self.peek().kind is Kind.STRING:
+                return ast.AlterLocal(first.strip(), self.string("a value"))
+            name, _, value = first.strip().partition(" ")
+            if not value.strip():
+                raise self.error("the option's value: ALTER LOCAL 'name' 'value'")
+            return ast.AlterLocal(name, value.strip())
         self.expect_word("TABLE", "STABLE")
         name = self.qualified_name()
         if self.accept_words("ADD", "TAG"):
@@ -895,6 +903,9 @@ class _Parser:
     def select(self) -> ast.Select:
         start_tok = self.expect_word("SELECT")
         start_index = self.i - 1
+        hints: list[str] = []
+        while self.peek().kind is Kind.HINT:
+            hints += [name.lower() for name in re.findall(r"(\w+)\s*\(", self.next().text)]
         distinct = bool(self.accept_word("DISTINCT"))
         items = self.comma_list(self.select_item)
         source = None
@@ -948,6 +959,7 @@ class _Parser:
             text=self.source_text(start_index, self.i),
             pos=self.pos(start_tok),
             partition_aliases=tuple(alias for _, alias in partitions) if any(a for _, a in partitions) else (),
+            hints=tuple(hints),
         )
 
     def partition_item(self) -> tuple[ast.Expr, str | None]:

@@ -27,6 +27,7 @@ class Kind(Enum):
     DURATION = "duration"
     PLACEHOLDER = "placeholder"
     OP = "operator"
+    HINT = "hint"  # /*+ name(…) … */ right after SELECT (skip_tsma)
     END = "end of statement"
 
 
@@ -106,7 +107,8 @@ class _Positioner:
 
 
 def tokenize(text: str) -> list[Token]:
-    """Tokens of a whole script (comments and white space dropped, ``;`` kept)."""
+    """Tokens of a whole script (comments and white space dropped, ``;`` kept; a hint after
+    SELECT kept as one HINT token)."""
     positioner = _Positioner(text)
     result: list[Token] = []
     offset = 0
@@ -151,6 +153,10 @@ def tokenize(text: str) -> list[Token]:
                 line, column = positioner.at(offset)
                 raise SqlSyntaxError("unterminated string literal", line=line, column=column)
             flush_code(offset)
+            # TDengine reads /*+ … */ as hints only right after SELECT; anywhere else it is a
+            # comment
+            if value.startswith("/*+") and result and result[-1].kind is Kind.IDENT and result[-1].upper == "SELECT":
+                emit(Kind.HINT, value, offset)
         elif ttype in _OPAQUE:
             flush_code(offset)
             emit(Kind.STRING, value, offset)

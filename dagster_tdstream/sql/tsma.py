@@ -44,36 +44,39 @@ _NAME_WORDS = ("TSMA", "TSMAS", "RECURSIVE", "FUNCTION", "INTERVAL", "ON")
 class State:
     """One intermediate column of a TSMA's output: ``kind`` of ``column`` per window."""
 
-    kind: str  # sum count min max first last sumsq
+    kind: str  # sum count min max first firstts last lastts sumsq
     column: str
 
     @property
     def name(self) -> str:
         return f"{self.kind}_{self.column}"
 
-    def compute(self) -> str:
-        """The aggregate over raw rows (a base TSMA's stream query)."""
+    def compute(self, key: str) -> str:
+        """The aggregate over raw rows (a base TSMA's stream query; ``key`` the primary key)."""
         col = f"`{self.column}`"
         if self.kind == "sumsq":
             return f"sum(cast({col} as double) * cast({col} as double))"
+        if self.kind in ("firstts", "lastts"):  # when the value first/last was not NULL
+            return f"{'min' if self.kind == 'firstts' else 'max'}(case when {col} is not null then `{key}` end)"
         return f"{self.kind}({col})"
 
     def merge(self) -> str:
         """The aggregate over a smaller TSMA's states of the same kind (a recursive TSMA)."""
         col = f"`{self.name}`"
-        merged = {"count": "sum", "sumsq": "sum"}.get(self.kind, self.kind)
+        merged = {"count": "sum", "sumsq": "sum", "firstts": "min", "lastts": "max"}.get(self.kind, self.kind)
         return f"{merged}({col})"
 
 
 # the states each function needs: avg = sum / count, stddev from count, sum and sum of
-# squares, spread = max - min
+# squares, spread = max - min, first and last with their times (tables' windows start together:
+# the first value of a super table is the one with the earliest time, not window)
 FUNCTION_STATES = {
     "min": ("min",),
     "max": ("max",),
     "sum": ("sum",),
     "count": ("count",),
-    "first": ("first",),
-    "last": ("last",),
+    "first": ("first", "firstts"),
+    "last": ("last", "lastts"),
     "avg": ("sum", "count"),
     "stddev": ("count", "sum", "sumsq"),
     "spread": ("min", "max"),
@@ -255,6 +258,7 @@ def stream_sql(
     tags: tuple[ast.ColumnDef, ...],
     kept: tuple[State, ...],
     recursive: bool,
+    key: str,
 ) -> str:
     """The 3.3.7 stream that keeps a TSMA: an INTERVAL window per child table (or the normal
     table), history first, late rows, updates and deletes recalculated, windows without rows
@@ -265,7 +269,7 @@ def stream_sql(
     partition = ", ".join([TBNAME_TAG if recursive else "tbname", *(f"`{t}`" for t in group_tags)])
     out_tags = [f"{TBNAME_TAG} varchar(192) as {TBNAME_TAG if recursive else 'tbname'}"]
     out_tags += [f"`{t.name}` {t.type} as `{t.name}`" for t in tags if t.name != TBNAME_TAG]
-    aggregates = [f"{s.merge() if recursive else s.compute()} as `{s.name}`" for s in kept]
+    aggregates = [f"{s.merge() if recursive else s.compute(key)} as `{s.name}`" for s in kept]
     return (
         f"create stream `{db}`.`{name}` interval({interval}) sliding({interval}) from {source} "
         f"partition by {partition} "

@@ -148,6 +148,7 @@ def _tsma_stream(warehouse: Warehouse, info: StreamInfo, written: ast.CreateTsma
         tags,
         tsma.states(chain[-1].functions),
         written.recursive,
+        trigger_table.primary_key if trigger_table is not None else "ts",
     )
     stmt = parse_statement(sql)
     assert isinstance(stmt, ast.CreateStream)

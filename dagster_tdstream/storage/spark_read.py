@@ -88,9 +88,14 @@ def table_frame(
         return data.withColumn("tbname", F.lit(info.name))
     if info.kind == "child":
         data = data.where(F.col("tbname") == info.name)
-        children = [info]
-    else:
-        children = warehouse.catalog.child_tables(info.db, info.name)
+    return with_tags(spark, warehouse, info, data)
+
+
+def with_tags(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any) -> Any:
+    """Rows of a super or child table (with ``tbname``) joined to their child table's tags."""
+    from pyspark.sql import functions as F
+
+    children = [info] if info.kind == "child" else warehouse.catalog.child_tables(info.db, info.name)
     tag_fields = [pa.field("tbname", pa.string())] + [pa.field(t.name, arrow_type(t.type)) for t in info.tags]
     tag_rows = [tuple([child.name] + [child.tag_values.get(t.name) for t in info.tags]) for child in children]
     tags = spark.createDataFrame(tag_rows, spark_schema(pa.schema(tag_fields)))
@@ -161,6 +166,15 @@ class SparkViews:
             precision = self.warehouse.database(info.db).precision
             self._views[key] = SourceTable(key, view, info.kind, info.columns, info.tags, precision)
         return self._views[key]
+
+    def read_as(self, info: TableInfo, source: SourceTable, frame: Callable[[], Any]) -> None:
+        """Resolve ``info`` to ``source``, a view whose rows ``frame`` builds when SQL first
+        names it (a TSMA's states standing in for the table's rows)."""
+        self._views[f"{info.db}.{info.name}"] = source
+        self._pending[source.view] = frame
+
+    def fresh_view(self) -> str:
+        return f"__tds_{next(self._counter)}"
 
     def table_range(self, info: TableInfo, low: int, high: int) -> str:
         """A view of the table's rows with primary timestamps in [low, high] (registered now)."""

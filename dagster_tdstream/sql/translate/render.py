@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 from ...errors import WriteRejectedError
 from .. import ast
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
+from ..tsma import FUNCTION_STATES
 from ..walk import conjuncts
 from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 from .scope import (
@@ -498,6 +499,8 @@ class Renderer:
     def _aggregate(self, expr: ast.Func) -> Typed:
         name = expr.name
         self.saw_aggregate = True
+        if self.scope.states:
+            return self._merged(expr)
         if name == "count":
             if len(expr.args) != 1:
                 raise query_error("count() takes one argument: count(*) or count(column)", expr)
@@ -568,6 +571,39 @@ class Renderer:
             return Typed(f"max_by({arg.sql}, CASE WHEN {arg.sql} IS NOT NULL THEN {pk} END)", arg.kind, True)
         # last_row: the newest row's value, NULL included
         return Typed(f"max_by({arg.sql}, {pk})", arg.kind, True)
+
+    def _merged(self, expr: ast.Func) -> Typed:
+        """An aggregate over a TSMA's view: the merge of the intermediate states the TSMA keeps
+        for it (``sql/tsma.py FUNCTION_STATES``) — avg as sum over count, stddev from count,
+        sum and sum of squares as TDengine computes it, first/last by the times they were kept
+        with."""
+        name, args = expr.name, expr.args
+        star = name == "count" and len(args) == 1 and isinstance(args[0], ast.Star)
+        if (not star and not (len(args) == 1 and isinstance(args[0], ast.Column))) or expr.distinct:
+            raise query_error(f"{name}() over a TSMA takes one column", expr)
+        kind = "int" if star else self._plain_arg(expr).kind
+        column = self.scope.tables[0].columns[0].name if star else args[0].name  # type: ignore[union-attr]
+        kept = {k: f"{k}_{column}".lower() for k in FUNCTION_STATES.get(name, ())}
+        if not kept or not set(kept.values()) <= self.scope.states:
+            raise query_error(f"{name}({column}) is not kept by TSMA {self.scope.tables[0].tsma}", expr)
+        state = {k: f"d.`{c}`" for k, c in kept.items()}
+        if name == "count":
+            return Typed(f"coalesce(sum({state['count']}), 0)", "int", True)
+        if name == "sum":
+            return Typed(f"sum({state['sum']})", "float" if kind == "float" else "int", True)
+        if name in ("min", "max"):
+            return Typed(f"{name}({state[name]})", kind, True)
+        if name in ("first", "last"):  # the value of the earliest (latest) time, over all tables
+            by = "min_by" if name == "first" else "max_by"
+            return Typed(f"{by}({state[name]}, {state[name + 'ts']})", kind, True)
+        if name == "spread":
+            return Typed(f"CAST(max({state['max']}) - min({state['min']}) AS DOUBLE)", "float", True)
+        count = f"nullif(sum({state['count']}), 0)"
+        mean = f"(CAST(sum({state['sum']}) AS DOUBLE) / {count})"
+        if name == "avg":
+            return Typed(mean, "float", True)
+        # stddev: TDengine's own formula over the states, never the root of a rounding below 0
+        return Typed(f"sqrt(greatest(sum({state['sumsq']}) / {count} - {mean} * {mean}, 0.0))", "float", True)
 
     def _percentile(self, expr: ast.Func) -> Typed:
         """percentile(col, p): the exact p-th percentile, interpolated; apercentile(col, p[,

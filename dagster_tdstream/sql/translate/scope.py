@@ -27,6 +27,11 @@ class SourceTable:
     columns: tuple[ast.ColumnDef, ...]
     tags: tuple[ast.ColumnDef, ...]
     precision: str
+    # a TSMA's view of the table (compute/tsma_states.py): each row is one window's
+    # intermediate states or one raw row as its own, in these columns (``sum_c1`` …) instead
+    # of the columns; aggregates merge them
+    states: frozenset[str] = frozenset()
+    tsma: str | None = None  # the TSMA it reads (db.name)
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class Scope:
     # each a layer of its own: Spark does not nest window functions
     layers: list[str] = field(default_factory=list)
     ambiguous: set[str] = field(default_factory=set)  # joined columns that need their side's name
+    states: frozenset[str] = frozenset()  # SourceTable.states: aggregates merge these columns
 
 
 def kind_of(dtype: ast.DataType) -> str:

@@ -22,7 +22,7 @@ def _table_scope(table: SourceTable) -> Scope:
     if table.kind == "super":
         star += [(t.name, t.name.lower()) for t in table.tags]
     pk = "d." + quote_ident(table.columns[0].name)
-    return Scope(quote_ident(table.view), columns, star, pk, table.precision, tables=(table,))
+    return Scope(quote_ident(table.view), columns, star, pk, table.precision, tables=(table,), states=table.states)
 
 
 def row_condition(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -> str:
