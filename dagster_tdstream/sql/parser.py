@@ -547,14 +547,34 @@ class _Parser:
             if self.peek().is_op("("):
                 columns = tuple(t.name for t in self.parenthesized(lambda: self.ident("a column name")))
             self.expect_word("VALUES")
-            rows = [tuple(self.parenthesized(self.expression))]
+            rows = [tuple(self.parenthesized(self.insert_value))]
             while self.peek().is_op("(") or (self.peek().is_op(",") and self.peek(1).is_op("(")):
                 self.accept_op(",")
-                rows.append(tuple(self.parenthesized(self.expression)))
+                rows.append(tuple(self.parenthesized(self.insert_value)))
             targets.append(ast.InsertTarget(name, using, columns, tuple(rows), self.pos(tok)))
             if self.at_end():
                 break
         return ast.Insert(tuple(targets))
+
+    def insert_value(self) -> ast.Expr:
+        """One value of a VALUES row. A lone number, string, NULL or boolean (nearly every
+        value of a bulk INSERT) is read at once; anything else through the expression
+        grammar, whose dozen precedence levels a literal would otherwise descend."""
+        tok, after = self.peek(), self.peek(1)
+        if after.kind is Kind.OP and after.text in (",", ")"):
+            kind, text = tok.kind, tok.text
+            pos = ast.Pos(tok.line, tok.column)
+            if kind is Kind.NUMBER:
+                self.i += 1
+                if "." in text or "e" in text or "E" in text:
+                    return ast.Literal(float(text), "float", pos=pos)
+                return ast.Literal(int(text), "int", pos=pos)
+            if kind is Kind.STRING:
+                self.i += 1
+                return ast.Literal(tok.string_value, "string", pos=pos)
+            if kind is Kind.IDENT and text.upper() in ("NULL", "TRUE", "FALSE"):
+                return self.primary()
+        return self.expression()
 
     def delete(self) -> ast.Delete:
         self.expect_words("DELETE", "FROM")

@@ -1,10 +1,10 @@
 """Tokens of the TDengine dialect, with positions.
 
-Owns turning SQL text into positioned tokens and splitting a script into statements.
-sqlparse's lexer finds the boundaries of strings, quoted names and comments (the part
-that is easy to get subtly wrong); the runs of code between them are re-tokenised here
-because TDengine has tokens sqlparse does not know (``10s`` durations, ``%%trows``
-placeholders). Must not interpret tokens: that is the parser's job.
+Owns turning SQL text into positioned tokens and splitting a script into statements: one
+compiled pattern matches every token kind of the dialect — strings with TDengine's escapes,
+quoted names, comments, ``10s`` durations, ``%%trows`` placeholders — in a single pass (a
+generic SQL lexer that tries its patterns one by one was most of an INSERT's parsing time).
+Must not interpret tokens: that is the parser's job.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-
-from sqlparse import lexer as sqlparse_lexer
-from sqlparse import tokens as sqlparse_tokens
+from typing import NamedTuple
 
 from ..errors import SqlSyntaxError
 
@@ -31,8 +29,9 @@ class Kind(Enum):
     END = "end of statement"
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
+    """One token and where it starts (a tuple: a bulk INSERT makes hundreds of thousands)."""
+
     kind: Kind
     text: str
     offset: int  # character offset in the script
@@ -61,12 +60,17 @@ class Token:
         quote = self.text[0]
         body = self.text[1:-1]
         body = body.replace(quote * 2, quote)
-        return re.sub(r"\\(.)", r"\1", body)
+        return re.sub(r"\\(.)", r"\1", body) if "\\" in body else body
 
 
-_CODE_TOKEN = re.compile(
+# one pass over the text: each match is one token (or white space, or a comment); the order
+# of the alternatives decides (a duration before a number, ``1e-10`` before ``1e``)
+_TOKEN = re.compile(
     r"""
     (?P<ws>\s+)
+  | (?P<comment>--[^\r\n]*|\#[ ][^\r\n]*|/\*[\s\S]*?\*/)
+  | (?P<string>'(?:''|\\[\s\S]|[^'\\])*'|"(?:""|\\[\s\S]|[^"\\])*")
+  | (?P<quoted>`(?:``|[^`])*`)
   | (?P<exponent>(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d+(?![a-zA-Z]))
   | (?P<duration>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?[a-zA-Z]+\b)
   | (?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
@@ -76,105 +80,46 @@ _CODE_TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
-
-_OPAQUE = (
-    sqlparse_tokens.Literal.String.Single,
-    sqlparse_tokens.Literal.String.Symbol,
-)
-
-
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(i + 1)
-    return starts
-
-
-class _Positioner:
-    def __init__(self, text: str) -> None:
-        self._starts = _line_starts(text)
-
-    def at(self, offset: int) -> tuple[int, int]:
-        lo, hi = 0, len(self._starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo + 1, offset - self._starts[lo] + 1
+_KINDS = {
+    "string": Kind.STRING,
+    "quoted": Kind.QUOTED_IDENT,
+    "duration": Kind.DURATION,
+    "number": Kind.NUMBER,
+    "exponent": Kind.NUMBER,  # 1e-10: a number, not 1 with the unit e
+    "placeholder": Kind.PLACEHOLDER,
+    "ident": Kind.IDENT,
+    "op": Kind.OP,
+}
 
 
 def tokenize(text: str) -> list[Token]:
     """Tokens of a whole script (comments and white space dropped, ``;`` kept; a hint after
     SELECT kept as one HINT token)."""
-    positioner = _Positioner(text)
     result: list[Token] = []
-    offset = 0
-
-    def emit(kind: Kind, value: str, at: int) -> None:
-        line, column = positioner.at(at)
-        result.append(Token(kind, value, at, line, column))
-
-    code_start: int | None = None
-
-    def flush_code(end: int) -> None:
-        nonlocal code_start
-        if code_start is None:
-            return
-        chunk = text[code_start:end]
-        pos = 0
-        while pos < len(chunk):
-            m = _CODE_TOKEN.match(chunk, pos)
-            if m is None:
-                line, column = positioner.at(code_start + pos)
-                raise SqlSyntaxError(f"unexpected character {chunk[pos]!r}", line=line, column=column)
-            kind = m.lastgroup
-            if kind != "ws":
-                emit(
-                    {
-                        "duration": Kind.DURATION,
-                        "number": Kind.NUMBER,
-                        "exponent": Kind.NUMBER,  # 1e-10: a number, not 1 with the unit e
-                        "placeholder": Kind.PLACEHOLDER,
-                        "ident": Kind.IDENT,
-                        "op": Kind.OP,
-                    }[kind],
-                    m.group(),
-                    code_start + pos,
-                )
-            pos = m.end()
-        code_start = None
-
-    for ttype, value in sqlparse_lexer.tokenize(text):
-        if ttype in sqlparse_tokens.Comment or (ttype in _OPAQUE and not _closed_string(value)):
-            if ttype in _OPAQUE:
-                line, column = positioner.at(offset)
-                raise SqlSyntaxError("unterminated string literal", line=line, column=column)
-            flush_code(offset)
-            # TDengine reads /*+ … */ as hints only right after SELECT; anywhere else it is a
-            # comment
-            if value.startswith("/*+") and result and result[-1].kind is Kind.IDENT and result[-1].upper == "SELECT":
-                emit(Kind.HINT, value, offset)
-        elif ttype in _OPAQUE:
-            flush_code(offset)
-            emit(Kind.STRING, value, offset)
-        elif ttype in sqlparse_tokens.Name and value.startswith("`"):
-            flush_code(offset)
-            emit(Kind.QUOTED_IDENT, value, offset)
-        elif ttype is sqlparse_tokens.Error and value in "'\"`":
-            line, column = positioner.at(offset)
-            raise SqlSyntaxError(f"unterminated quote {value}", line=line, column=column)
-        elif code_start is None:
-            code_start = offset
-        offset += len(value)
-    flush_code(offset)
+    line, line_start = 1, 0  # the line of the match, and where that line starts
+    match = _TOKEN.match
+    pos, end = 0, len(text)
+    while pos < end:
+        m = match(text, pos)
+        if m is None:
+            char = text[pos]
+            if char in "'\"":
+                message = "unterminated string literal"
+            else:
+                message = f"unterminated quote {char}" if char == "`" else f"unexpected character {char!r}"
+            raise SqlSyntaxError(message, line=line, column=pos - line_start + 1)
+        kind, value = m.lastgroup, m.group()
+        if kind in _KINDS:
+            result.append(Token(_KINDS[kind], value, pos, line, pos - line_start + 1))
+        elif kind == "comment" and value.startswith("/*+") and result and result[-1].is_word("SELECT"):
+            # TDengine reads /*+ … */ as hints only right after SELECT; elsewhere a comment
+            result.append(Token(Kind.HINT, value, pos, line, pos - line_start + 1))
+        newlines = value.count("\n")
+        if newlines:
+            line += newlines
+            line_start = pos + value.rindex("\n") + 1
+        pos = m.end()
     return result
-
-
-def _closed_string(value: str) -> bool:
-    return len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
 
 
 @dataclass(frozen=True)
