@@ -178,7 +178,7 @@ class Session:
         elif where:
             raise SubscriptionError("give the condition in the SELECT's WHERE or as where=, not both")
         stmt = parse_statement_text(split_statements(text)[0], text)
-        if not isinstance(stmt, ast.Query) or not isinstance(stmt.select.source, ast.TableSource):
+        if not isinstance(stmt, ast.Query) or stmt.unions or not isinstance(stmt.select.source, ast.TableSource):
             raise SubscriptionError(f"subscribe to a table or SELECT … FROM table, not {target!r}")
         try:
             table = self.table(stmt.select.source.table)
@@ -612,14 +612,33 @@ class Session:
     # ------------------------------------------------------------------ queries
 
     def _exec_query(self, stmt: ast.Query) -> Result:
-        from .compute.newest import newest_rows
+        from .compute.union import union
 
+        selects = [stmt.select, *(select for _, select in stmt.unions)]
         if self.control is not None and any(
             isinstance(source, ast.TableSource) and normalize(source.table.db or "") == SYSTEM_DB
-            for source in sources(stmt.select)
+            for select in selects
+            for source in sources(select)
         ):
             self.control.reconcile(self.warehouse)
-        select = as_dialect(stmt.select, self.dialect)
+        answers = [self._answer(select) for select in selects]
+        table = answers[0][0]
+        if stmt.unions:
+            alls = tuple(all_ for all_, _ in stmt.unions)
+            table = union([t for t, _ in answers], alls, stmt.order_by, stmt.limit, stmt.offset)
+        read = sorted({key for _, key in answers if key is not None})
+        if not read:
+            return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
+        # which TSMAs answered: in the message and in the result's schema metadata
+        names = ", ".join(read)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"tdstream.tsma": names.encode()})
+        return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set (read from TSMA {names})")
+
+    def _answer(self, select: ast.Select) -> tuple[pa.Table, str | None]:
+        """One SELECT's result, and the TSMA it read (None: the tables' rows)."""
+        from .compute.newest import newest_rows
+
+        select = as_dialect(select, self.dialect)
         # a last-row query first reads only the newest files; if that cannot be proven to be
         # the whole answer, the query runs again over the whole table
         newest = newest_rows(select, self.warehouse, self.database)
@@ -631,13 +650,7 @@ class Session:
         assert answer is not None  # without a floor the rows read are the answer
         arrow, translated = answer
         table = to_result_table(arrow, translated.columns, translated.precision)
-        if chosen is None:
-            return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
-        # which TSMA answered: in the message and in the result's schema metadata
-        table = table.replace_schema_metadata(
-            {**(table.schema.metadata or {}), b"tdstream.tsma": chosen[1].key.encode()}
-        )
-        return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set (read from TSMA {chosen[1].key})")
+        return table, chosen[1].key if chosen is not None else None
 
     def _tsma_for(self, select: ast.Select) -> tuple[TableInfo, tsma_query.TsmaChoice] | None:
         """The TSMA the query reads instead of its table's rows, if the session lets it

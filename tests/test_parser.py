@@ -24,6 +24,33 @@ def test_tokens_know_tdengine_literals_and_positions() -> None:
     assert all(t.text != "note" for t in tokens)
 
 
+def test_hints_after_select_union_and_alter_local() -> None:
+    query = parse_statement("select /*+ skip_tsma() para_tables_sort() */ avg(c1) from t /*+ not a hint */")
+    assert isinstance(query, ast.Query) and query.select.hints == ("skip_tsma", "para_tables_sort")
+    assert [t.kind for t in tokenize("select a /*+ skip_tsma() */ from t")].count(Kind.HINT) == 0
+    union = parse_statement("select a from t union all select b from u union select c from v order by 1 desc limit 2")
+    assert isinstance(union, ast.Query)
+    assert [(all_, s.source.table.name) for all_, s in union.unions] == [(True, "u"), (False, "v")]  # type: ignore[union-attr]
+    assert (union.limit, union.order_by[0].descending, union.unions[-1][1].limit) == (2, True, None)
+    assert parse_statement("alter local 'querySmaOptimize' '1'") == ast.AlterLocal("querySmaOptimize", "1")
+    assert parse_statement("ALTER LOCAL 'maxTsmaCalcDelay 900'") == ast.AlterLocal("maxTsmaCalcDelay", "900")
+    with pytest.raises(SqlSyntaxError, match="the option's value") as caught:
+        parse_statement("alter local 'querySmaOptimize'")
+    assert caught.value.line == 1
+
+
+def test_a_bulk_insert_reads_literal_values_as_the_expression_grammar_does() -> None:
+    insert = parse_statement(
+        "insert into t values (1, -2, 1.5, 'a''b', NULL, true, now + 1s, 1e3) (2, 3, 4, 'c', null, FALSE, 5, 6)"
+    )
+    assert isinstance(insert, ast.Insert)
+    first, second = insert.targets[0].rows
+    assert [type(v).__name__ for v in first] == ["Literal"] * 6 + ["Binary", "Literal"]
+    assert [v.value for v in second if isinstance(v, ast.Literal)] == [2, 3, 4, "c", None, False, 5, 6]
+    assert (first[1].value, first[2].value, first[3].value, first[7].value) == (-2, 1.5, "a'b", 1000.0)  # type: ignore[attr-defined]
+    assert (first[3].pos.line, first[3].pos.column) == (1, 35)
+
+
 def test_split_statements_ignores_semicolons_in_strings_and_empty_statements() -> None:
     parts = split_statements("insert into t values(now, 'a;b');;\nselect 1")
     assert [p.text for p in parts] == ["insert into t values(now, 'a;b')", "select 1"]

@@ -405,3 +405,21 @@ def test_calendar_intervals_and_month_arithmetic(warehouse: object, spark: objec
         ("2024-04", 1),
         ("2024-07", None),
     ]
+
+
+def test_union_and_union_all_with_order_and_limit_over_the_whole(session: Session) -> None:
+    session.execute(METERS)
+    both = "select location, count(*) n from meters group by location union{} select 'SF', 3 from d1001 order by n desc, location"
+    # the second SELECT gives one row per row of d1001: three times ('SF', 3)
+    assert session.query(both.format(" all")).rows == [("SF", 5), ("SF", 3), ("SF", 3), ("SF", 3), ("LA", 1)]
+    assert session.query(both.format("")).rows == [("SF", 5), ("SF", 3), ("LA", 1)]
+    # UNION keeps each row once; ORDER BY and LIMIT after the last SELECT apply to the whole
+    query = (
+        "select voltage from d1001 union select voltage from d1001 union all select 222 from d1003 order by 1 limit 3"
+    )
+    assert session.query(query).rows == [(None,), (219,), (220,)]
+    assert session.query(query.replace(" limit 3", " limit 2 offset 3")).rows == [(222,)]
+    with pytest.raises(QueryError, match="as many columns: the first returns 1, SELECT 2 returns 2"):
+        session.query("select voltage from d1001 union select voltage, ts from d1001")
+    with pytest.raises(Exception, match="order and cut the whole UNION"):
+        session.query("select voltage from d1001 limit 1 union select voltage from d1002")

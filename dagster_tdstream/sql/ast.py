@@ -389,7 +389,14 @@ class Describe(Statement):
 
 @dataclass(frozen=True)
 class Query(Statement):
+    """A SELECT, or SELECTs joined by UNION [ALL]: then ORDER BY, LIMIT and OFFSET written
+    after the last one order and cut the whole result (TDengine's grammar)."""
+
     select: Select
+    unions: tuple[tuple[bool, Select], ...] = ()  # (ALL, the SELECT) after the first
+    order_by: tuple[OrderItem, ...] = ()
+    limit: int | None = None
+    offset: int | None = None
 
 
 # --------------------------------------------------------------------------- streams

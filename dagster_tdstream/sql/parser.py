@@ -8,6 +8,7 @@ Semantic rules (units, ranges, option combinations, catalog lookups) are not che
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -626,7 +627,22 @@ class _Parser:
         return ast.Describe(self.qualified_name())
 
     def query(self) -> ast.Query:
-        return ast.Query(self.select())
+        first = self.select()
+        unions: list[tuple[bool, ast.Select]] = []
+        while self.peek().is_word("UNION"):
+            tok = self.next()
+            before = unions[-1][1] if unions else first
+            if before.order_by or before.limit is not None or before.offset is not None:
+                raise self.fail_at(
+                    "ORDER BY, LIMIT and OFFSET order and cut the whole UNION: write them after its last SELECT", tok
+                )
+            unions.append((bool(self.accept_word("ALL")), self.select()))
+        if not unions:
+            return ast.Query(first)
+        last = unions[-1][1]
+        whole = dataclasses.replace(last, order_by=(), limit=None, offset=None)
+        unions[-1] = (unions[-1][0], whole)
+        return ast.Query(first, tuple(unions), last.order_by, last.limit, last.offset)
 
     def stream_name(self) -> tuple[ast.QualifiedName, bool]:
         if_exists = self.accept_words("IF", "EXISTS")
