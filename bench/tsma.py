@@ -5,7 +5,7 @@ straight into the warehouse's Delta table, creates a 1m TSMA on avg(current), ma
 count(ts), lets its stream compute the history through the Dagster harness, then runs each
 query with ``querySmaOptimize`` on and again with ``/*+ skip_tsma() */`` (``--repeat`` times
 each, warm: the median counts) and checks both give the same rows. Results go to
-``bench/results/tsma.json``.
+``bench/results/tsma_<layout>.json``.
 
     .venv/bin/python bench/tsma.py --rows 10000000 --tables 1000
 """
@@ -35,7 +35,10 @@ QUERIES = (
 )
 
 
-def load(warehouse: Warehouse, rows: int, tables: int) -> None:
+def load(warehouse: Warehouse, rows: int, tables: int, layout: str) -> None:
+    """``layout`` time: files of 100,000 rows holding every table's next seconds, as rows
+    arriving live are committed; table: files of 1,000,000 rows holding whole tables, each
+    file spanning all the time (a bulk load table by table)."""
     session = Session(warehouse, timezone="UTC")
     session.execute(
         "create database bench; use bench;"
@@ -50,14 +53,19 @@ def load(warehouse: Warehouse, rows: int, tables: int) -> None:
     warehouse.create_child_tables(children)
     per_table = rows // tables
     rng = np.random.default_rng(7)
-    batch_tables = max(1, 1_000_000 // per_table)
-    for first in range(0, tables, batch_tables):
-        names = [f"d{i}" for i in range(first, min(tables, first + batch_tables))]
-        n = len(names) * per_table
+    names = np.array([f"d{i}" for i in range(tables)])
+    if layout == "table":
+        batch_tables = max(1, 1_000_000 // per_table)
+        slices = [(names[i : i + batch_tables], np.arange(per_table)) for i in range(0, tables, batch_tables)]
+    else:
+        step = max(1, 100_000 // tables)
+        slices = [(names, np.arange(s, min(per_table, s + step))) for s in range(0, per_table, step)]
+    for chunk, seconds in slices:
+        n = len(chunk) * len(seconds)
         data = pa.table(
             {
-                "tbname": pa.array(np.repeat(names, per_table)),
-                "ts": pa.array(np.tile(START + np.arange(per_table, dtype=np.int64) * 1000, len(names))),
+                "tbname": pa.array(np.repeat(chunk, len(seconds))),
+                "ts": pa.array(np.tile(START + seconds.astype(np.int64) * 1000, len(chunk))),
                 "current": pa.array(rng.random(n, dtype=np.float32) * 20),
                 "voltage": pa.array(rng.integers(200, 240, n, dtype=np.int32)),
                 "phase": pa.array(rng.random(n, dtype=np.float32)),
@@ -76,10 +84,10 @@ def _timed(session: Session, query: str, repeat: int) -> tuple[float, list[tuple
     return statistics.median(seconds), rows, result.message
 
 
-def run(rows: int, tables: int, repeat: int, root: Path) -> dict[str, object]:
+def run(rows: int, tables: int, repeat: int, layout: str, root: Path) -> dict[str, object]:
     warehouse = Warehouse(str(root / "warehouse"))
     started = time.perf_counter()
-    load(warehouse, rows, tables)
+    load(warehouse, rows, tables, layout)
     loaded = time.perf_counter() - started
     session = Session(warehouse, timezone="UTC", database="bench")
     session.execute("create tsma m1 on meters function(avg(current), max(voltage), count(ts)) interval(1m)")
@@ -109,6 +117,7 @@ def run(rows: int, tables: int, repeat: int, root: Path) -> dict[str, object]:
     return {
         "rows": rows,
         "child_tables": tables,
+        "layout": layout,
         "load_seconds": round(loaded, 1),
         "tsma_history_seconds": round(history, 1),
         "tsma_windows": windows,
@@ -123,19 +132,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--tables", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "tsma.json"))
+    parser.add_argument("--layout", choices=("time", "table"), default="time")
+    parser.add_argument("--out", default=None, help="default: bench/results/tsma_<layout>.json")
     parser.add_argument("--driver-memory", default="8g")
     args = parser.parse_args()
     # started before the harness so its resource reuses this session with the memory cap
-    build_spark_session(conf={"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false"})
+    spark = build_spark_session(conf={"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false"})
     root = Path(tempfile.mkdtemp(prefix="tdstream-bench-"))
     try:
-        result = run(args.rows, args.tables, args.repeat, root)
+        result = run(args.rows, args.tables, args.repeat, args.layout, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        spark.stop()  # left to the interpreter's exit, closing its channel hung
     print(json.dumps(result, indent=2))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    out = Path(args.out or Path(__file__).parent / "results" / f"tsma_{args.layout}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

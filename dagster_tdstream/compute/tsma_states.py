@@ -15,6 +15,7 @@ from typing import Any
 
 from ..families.tsma_query import TsmaChoice
 from ..sql.translate import SourceTable
+from ..sql.translate.scope import INT64_MAX
 from ..sql.tsma import TBNAME_TAG
 from ..storage.catalog import TableInfo
 from ..storage.spark_read import SparkViews, spark_type, table_frame, with_tags
@@ -43,17 +44,14 @@ def _states_frame(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
 
     spark, warehouse = views.spark, views.warehouse
     pk, low, high = table.primary_key, choice.shape.low, choice.shape.high
+    # the windows read: wholly inside [low, high] and final
+    last_end = min(high, INT64_MAX - 1) + 1, choice.final_before
     windows = table_frame(spark, warehouse, choice.output).where(
-        (F.col("wstart") >= low) & (F.col("wend") - 1 <= high) & (F.col("wend") <= choice.final_before)
+        (F.col("wstart") >= low) & (F.col("wend") <= min(last_end))
     )
     if table.kind != "super":  # a child or normal table: its own windows
         windows = windows.where(F.col(TBNAME_TAG) == table.name)
-    # each table's span of windows read (one row per table, to the driver): its raw rows
-    # inside the span are in the windows, those outside are read as rows
-    spans = {
-        row[TBNAME_TAG]: (row["lo"], row["hi"])
-        for row in windows.groupBy(TBNAME_TAG).agg(F.min("wstart").alias("lo"), F.max("wend").alias("hi")).collect()
-    }
+    spans = _spans(views, table, choice, low, min(last_end))
     state_rows = windows.select(
         F.col("wstart").alias(pk),
         F.col(TBNAME_TAG).alias("tbname"),
@@ -70,6 +68,35 @@ def _states_frame(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
         *(_state(s.kind, s.column, pk, types[s.name.lower()]).alias(s.name.lower()) for s in choice.states),
     )
     return state_rows.unionByName(as_states)
+
+
+def _spans(views: SparkViews, table: TableInfo, choice: TsmaChoice, low: int, end: int) -> dict[str, tuple[int, int]]:
+    """Each table's span of the windows read, [first start, last end): its raw rows inside
+    are in the windows, those outside are read as rows. Read on the driver from the window
+    bounds alone (three columns of one row per window, the files pruned by their statistics);
+    the output's child tables carry the source table's name as their tag."""
+    output, warehouse = choice.output, views.warehouse
+    source_of = {
+        child.name: child.tag_values.get(TBNAME_TAG) for child in warehouse.catalog.child_tables(output.db, output.name)
+    }
+    filters: list[tuple[str, str, object]] = [("wstart", ">=", low), ("wend", "<=", end)]
+    if table.kind != "super":  # the output child tables of this one table
+        mine = [child for child, source in source_of.items() if source == table.name]
+        if not mine:
+            return {}
+        filters.append(("tbname", "in", mine))
+    bounds = warehouse.delta.read(output.db, output.name, columns=["tbname", "wstart", "wend"], filters=filters)
+    grouped = bounds.group_by("tbname").aggregate([("wstart", "min"), ("wend", "max")])
+    return {
+        source_of[child]: (lo, hi)
+        for child, lo, hi in zip(
+            grouped.column("tbname").to_pylist(),
+            grouped.column("wstart_min").to_pylist(),
+            grouped.column("wend_max").to_pylist(),
+            strict=True,
+        )
+        if source_of.get(child) is not None
+    }
 
 
 def _state(kind: str, column: str, key: str, spark_type: Any) -> Any:
