@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from dagster_tdstream import Session, StreamHarness, Warehouse
 from dagster_tdstream.compute.spark import build_spark_session
+from dagster_tdstream.compute.spark_server import HOME_ENV, stop_server
 
 START = 1_700_000_000_000  # ms, a whole minute
 QUERIES = (
@@ -137,13 +138,18 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="8g")
     args = parser.parse_args()
     # started before the harness so its resource reuses this session with the memory cap
-    spark = build_spark_session(conf={"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false"})
     root = Path(tempfile.mkdtemp(prefix="tdstream-bench-"))
+    # one server for the benchmark's sessions and runs, outside the warehouse it deletes (each
+    # warehouse would otherwise start its own, and a client of a deleted one hangs at exit)
+    home = Path(tempfile.mkdtemp(prefix="tdstream-bench-spark-"))
+    os.environ[HOME_ENV] = str(home)
+    build_spark_session(conf={"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false"})
     try:
         result = run(args.rows, args.tables, args.repeat, args.layout, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        spark.stop()  # left to the interpreter's exit, closing its channel hung
+        stop_server(home)
+        shutil.rmtree(home, ignore_errors=True)
     print(json.dumps(result, indent=2))
     out = Path(args.out or Path(__file__).parent / "results" / f"tsma_{args.layout}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
