@@ -38,7 +38,19 @@ KNOWN_STATEMENT_GAPS = {
 }
 
 
+# scenarios left to `tdstream conformance` (they pass there): each generates 110,000 rows and
+# checks about 15 queries twice, 75-95 s, and the test command must stay under 20 minutes on
+# two cores; tsma_query_union_child_table_and_hint (the same data and TSMAs) runs here
+OUTSIDE_THE_TEST_COMMAND = {
+    "tsma_query_aggregate_equals_raw": "passes through `tdstream conformance tests/conformance/tsma` (95 s)",
+    "tsma_query_group_by_tbname_having_equals_raw": "passes through `tdstream conformance tests/conformance/tsma` (75 s)",
+    "tsma_add_and_drop_new_tag": "passes through `tdstream conformance tests/conformance/tsma` (80 s)",
+}
+
+
 def _marks(path: Path) -> list[pytest.MarkDecorator]:
+    if path.stem in OUTSIDE_THE_TEST_COMMAND:
+        return [pytest.mark.skip(reason=OUTSIDE_THE_TEST_COMMAND[path.stem])]
     reason = KNOWN_GAPS.get(path.stem)
     return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
 

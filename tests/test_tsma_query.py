@@ -102,10 +102,10 @@ def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(session: Sessio
     _setup(session, harness)  # once: the TSMAs' history runs are the expensive part
     read = {query: _same_as_raw(session, query) for query, _ in CASES}
     assert read == dict(CASES)
+    _tsma_use_follows_the_session_option_and_the_hint(session)
 
 
-def test_tsma_use_follows_the_session_option_and_the_hint(session: Session, harness: StreamHarness) -> None:
-    _setup(session, harness)
+def _tsma_use_follows_the_session_option_and_the_hint(session: Session) -> None:
     query = "select avg(c1) from meters"
     result = session.query(query)
     assert _tsma_of(result) == "tq.t15" and "read from TSMA tq.t15" in result.message

@@ -92,22 +92,38 @@ def _body(
 ) -> list[tuple[str, dict[str, Any]]]:
     """``name = expr; …; [if cond: stmt else: stmt | stmt]`` once, in order."""
     found = []
-    for part in _split(body, ";"):
-        part = part.strip()
-        assignment = re.fullmatch(r"(\w+)\s*=\s*([^=].*)", part, re.S)
-        conditional = re.fullmatch(r"if\s+(.+?):\s*(.+?)\s+else:\s*(.+)", part, re.S | re.I)
-        if conditional is not None:
-            chosen = conditional.group(2) if _evaluate(conditional.group(1), scope, functions) else conditional.group(3)
-            found.append((chosen.strip(), dict(scope)))
-        elif assignment is not None and not part.lower().startswith(("insert", "create", "drop", "alter", "use")):
-            scope[assignment.group(1)] = _evaluate(assignment.group(2), scope, functions)
-        elif part:
-            found.append((part, dict(scope)))
+    for kind, *fields in _steps(body):
+        if kind == "if":
+            condition, then, otherwise = fields
+            found.append((then if _evaluate(condition, scope, functions) else otherwise, dict(scope)))
+        elif kind == "set":
+            scope[fields[0]] = _evaluate(fields[1], scope, functions)
+        else:
+            found.append((fields[0], dict(scope)))
     return found
 
 
-def _split(text: str, separator: str = ",") -> list[str]:
-    """``text`` split on ``separator`` outside parentheses and quotes."""
+@functools.cache
+def _steps(body: str) -> tuple[tuple[str, ...], ...]:
+    """A body's parts, read once however many rows run it: ("if", condition, then, else),
+    ("set", name, expression) or ("run", statement)."""
+    steps: list[tuple[str, ...]] = []
+    for part in (p.strip() for p in _split(body, ";")):
+        assignment = re.fullmatch(r"(\w+)\s*=\s*([^=].*)", part, re.S)
+        conditional = re.fullmatch(r"if\s+(.+?):\s*(.+?)\s+else:\s*(.+)", part, re.S | re.I)
+        if conditional is not None:
+            steps.append(("if", conditional.group(1), conditional.group(2).strip(), conditional.group(3).strip()))
+        elif assignment is not None and not part.lower().startswith(("insert", "create", "drop", "alter", "use")):
+            steps.append(("set", assignment.group(1), assignment.group(2)))
+        elif part:
+            steps.append(("run", part))
+    return tuple(steps)
+
+
+@functools.cache
+def _split(text: str, separator: str = ",") -> tuple[str, ...]:
+    """``text`` split on ``separator`` outside parentheses and quotes (a row template's text is
+    the same for every row: split once)."""
     parts, depth, quote, current = [], 0, "", []
     for ch in text:
         if quote:
@@ -124,13 +140,19 @@ def _split(text: str, separator: str = ",") -> list[str]:
             continue
         current.append(ch)
     parts.append("".join(current))
-    return parts
+    return tuple(parts)
 
 
 def render(template: str, scope: dict[str, Any], functions: dict[str, Callable[..., Any]] | None = None) -> str:
     """``{expr}`` fields replaced by their values."""
-    pieces = re.split(r"\{([^}]*)\}", template)
+    pieces = _pieces(template)
     return "".join(p if k % 2 == 0 else _text(_evaluate(p, scope, functions or {})) for k, p in enumerate(pieces))
+
+
+@functools.cache
+def _pieces(template: str) -> tuple[str, ...]:
+    """A template's text and ``{expr}`` fields, alternating (split once per template)."""
+    return tuple(re.split(r"\{([^}]*)\}", template))
 
 
 def _value(item: str, scope: dict[str, Any], functions: dict[str, Callable[..., Any]]) -> str:
