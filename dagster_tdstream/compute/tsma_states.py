@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..families.tsma_query import TsmaChoice
+from ..sql.constants import INT64_MAX
 from ..sql.translate import SourceTable
-from ..sql.translate.scope import INT64_MAX
 from ..sql.tsma import TBNAME_TAG
 from ..storage.catalog import TableInfo
 from ..storage.spark_read import SparkViews, spark_type, table_frame, with_tags
@@ -44,14 +44,12 @@ def _states_frame(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
 
     spark, warehouse = views.spark, views.warehouse
     pk, low, high = table.primary_key, choice.shape.low, choice.shape.high
-    # the windows read: wholly inside [low, high] and final
-    last_end = min(high, INT64_MAX - 1) + 1, choice.final_before
-    windows = table_frame(spark, warehouse, choice.output).where(
-        (F.col("wstart") >= low) & (F.col("wend") <= min(last_end))
-    )
+    # the windows read: wholly inside [low, high] (ends are exclusive) and final
+    end = min(min(high, INT64_MAX - 1) + 1, choice.final_before)
+    windows = table_frame(spark, warehouse, choice.output).where((F.col("wstart") >= low) & (F.col("wend") <= end))
     if table.kind != "super":  # a child or normal table: its own windows
         windows = windows.where(F.col(TBNAME_TAG) == table.name)
-    spans = _spans(views, table, choice, low, min(last_end))
+    spans = _spans(views, table, choice, low, end)
     state_rows = windows.select(
         F.col("wstart").alias(pk),
         F.col(TBNAME_TAG).alias("tbname"),

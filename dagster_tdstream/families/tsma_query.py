@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 
 from ..sql import ast, tsma
-from ..sql.constants import ConstantContext
+from ..sql.constants import INT64_MAX, ConstantContext
 from ..sql.timeunits import NANOS_PER_UNIT, PRECISIONS, Duration
-from ..sql.translate.scope import INT64_MAX
 from ..sql.tsma_use import QueryShape, covers, query_shape
 from ..storage.catalog import StreamInfo, TableInfo
 from ..storage.registry import resolve_stream, tsma_root
@@ -57,28 +56,25 @@ def choose(
     shape = query_shape(select, table.columns, table.tags, constants)
     if shape is None:
         return None
-    for info, written, functions in sorted(found, key=lambda f: _length(f[1].interval), reverse=True):
-        if not covers(shape, functions, written.interval):
+    for info, written, base in sorted(found, key=lambda f: _length(f[1].interval), reverse=True):
+        if not covers(shape, frozenset((f.name, f.column.lower()) for f in base.functions), written.interval):
             continue
         output = warehouse.find_table(info.db, info.name + tsma.OUTPUT_SUFFIX)
         final = final_before(warehouse, info)
         if output is None or final is None or _lags(warehouse, root, final, max_delay_seconds, constants.precision):
             continue
-        _, chain = tsma_root(warehouse, info)
-        return TsmaChoice(info.key, written.interval, output, tsma.states(chain[-1].functions), final, shape)
+        return TsmaChoice(info.key, written.interval, output, tsma.states(base.functions), final, shape)
     return None
 
 
-def _tsmas_on(
-    warehouse: Warehouse, root: TableInfo
-) -> list[tuple[StreamInfo, ast.CreateTsma, frozenset[tuple[str, str]]]]:
-    """The TSMAs whose chain starts at ``root``, with the functions they keep."""
+def _tsmas_on(warehouse: Warehouse, root: TableInfo) -> list[tuple[StreamInfo, ast.CreateTsma, ast.CreateTsma]]:
+    """The TSMAs whose chain starts at ``root``, each with the TSMA on the table itself (whose
+    functions a recursive TSMA keeps)."""
     found = []
     for info, written in tsma_statements(warehouse, root.db):
-        _, chain = tsma_root(warehouse, info)
-        base = chain[-1]
+        base = tsma_root(warehouse, info)[1][-1]
         if (base.table.db or info.db).lower() == root.db and base.table.name.lower() == root.name:
-            found.append((info, written, frozenset((f.name, f.column.lower()) for f in base.functions)))
+            found.append((info, written, base))
     return found
 
 

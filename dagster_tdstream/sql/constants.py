@@ -7,12 +7,17 @@ session time zone. Raises ``WriteRejectedError`` with the value's position. No c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from ..errors import WriteRejectedError
 from . import ast
 from .timeunits import PRECISIONS, TimeValueError, parse_timestamp
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# a comparison read from its other side (``5 < ts`` is ``ts > 5``)
+FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,32 @@ def _today(ctx: ConstantContext) -> int:
     local = datetime.fromtimestamp(seconds, ctx.timezone)
     midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return int(midnight.timestamp()) * 10**9 // PRECISIONS[ctx.precision]
+
+
+def key_bounds(node: ast.Expr, is_key: Callable[[ast.Expr], bool], ctx: ConstantContext) -> tuple[int, int] | None:
+    """The primary-key range one WHERE conjunct states (both ends included, as TDengine keeps
+    it: ``ts < b`` ends at b - 1), if it compares the key with constants (``ts >= '2024-01-01'``,
+    ``_c0 < now``, ``ts BETWEEN a AND b``); None otherwise."""
+
+    def constant(expr: ast.Expr) -> int | None:
+        try:
+            value = evaluate(expr, ctx, timestamp=True)
+        except WriteRejectedError:  # not a constant: no bound
+            return None
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    if isinstance(node, ast.Between) and not node.negated and is_key(node.operand):
+        low, high = constant(node.low), constant(node.high)
+        return (low, high) if low is not None and high is not None else None
+    if not (isinstance(node, ast.Binary) and node.op in FLIPPED):
+        return None
+    op, other = node.op, node.right
+    if is_key(node.right):  # constant on the left: turn the comparison around
+        op, other = FLIPPED[op], node.left
+    elif not is_key(node.left):
+        return None
+    value = constant(other)
+    if value is None:
+        return None
+    return {"<": (INT64_MIN, value - 1), "<=": (INT64_MIN, value), ">": (value + 1, INT64_MAX),
+            ">=": (value, INT64_MAX), "=": (value, value)}[op]  # fmt: skip

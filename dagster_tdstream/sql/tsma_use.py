@@ -11,14 +11,13 @@ TSMA's interval). Choosing among the TSMAs that exist and reading their states i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import WriteRejectedError
 from . import ast
-from .constants import ConstantContext, evaluate
+from .constants import INT64_MAX, INT64_MIN, ConstantContext, key_bounds
 from .timeunits import Duration
 from .translate.functions import AGGREGATES, SCALARS, TIME_FUNCTIONS
-from .translate.scope import INT64_MAX, INT64_MIN
 from .tsma import TSMA_FUNCTIONS
 from .walk import children, conjuncts, walk
 
@@ -100,7 +99,7 @@ def query_shape(
         return None
     low, high = INT64_MIN, INT64_MAX
     for node in conjuncts(select.where):
-        bounds = _key_bounds(node, pk, constants)
+        bounds = key_bounds(node, _is_key(pk), constants)
         if bounds is not None:
             low, high = max(low, bounds[0]), min(high, bounds[1])
         elif not reads_only(node, groupable):
@@ -125,37 +124,8 @@ def _kept_function(func: ast.Func, pk: str, ordinary: set[str]) -> tuple[str, st
     return None
 
 
-def _key_bounds(node: ast.Expr, pk: str, constants: ConstantContext) -> tuple[int, int] | None:
-    """The primary-key range one WHERE conjunct states (``ts >= '…'``, ``ts BETWEEN a AND b``),
-    or None when it is not a comparison of the key with constants."""
-
-    def is_key(expr: ast.Expr) -> bool:
-        return isinstance(expr, ast.Column) and expr.name.lower() in (pk, "_c0", "_rowts")
-
-    def constant(expr: ast.Expr) -> int | None:
-        if any(isinstance(n, ast.Column) for n in walk(expr)):
-            return None
-        try:
-            value = evaluate(expr, constants, timestamp=True)
-        except WriteRejectedError:
-            return None
-        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-    if isinstance(node, ast.Between) and not node.negated and is_key(node.operand):
-        low, high = constant(node.low), constant(node.high)
-        return (low, high) if low is not None and high is not None else None
-    if not isinstance(node, ast.Binary) or node.op not in ("<", "<=", ">", ">=", "="):
-        return None
-    op, other = node.op, node.right
-    if is_key(node.right):
-        op, other = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}[op], node.left
-    elif not is_key(node.left):
-        return None
-    value = constant(other)
-    if value is None:
-        return None
-    return {"<": (INT64_MIN, value - 1), "<=": (INT64_MIN, value), ">": (value + 1, INT64_MAX),
-            ">=": (value, INT64_MAX), "=": (value, value)}[op]  # fmt: skip
+def _is_key(pk: str) -> Callable[[ast.Expr], bool]:
+    return lambda expr: isinstance(expr, ast.Column) and expr.name.lower() in (pk, "_c0", "_rowts")
 
 
 def covers(shape: QueryShape, functions: frozenset[tuple[str, str]], interval: Duration) -> bool:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 
 from .. import ast
+from ..constants import FLIPPED
 from ..walk import conjuncts
 from .render import Renderer
-from .scope import FLIPPED, OutputColumn, Scope, StreamScope, data_references, quote_ident
+from .scope import OutputColumn, Scope, StreamScope, data_references, quote_ident
 from .sources import data_relation
 
 _PK_BOUND = re.compile(r"\(?(.+?) (>=|>|<=|<) (.+?)\)?")

@@ -9,16 +9,13 @@ import itertools
 import math
 from zoneinfo import ZoneInfo
 
-from ...errors import WriteRejectedError
 from .. import ast
+from ..constants import INT64_MAX, INT64_MIN
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
 from ..tsma import FUNCTION_STATES
 from ..walk import conjuncts
 from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 from .scope import (
-    FLIPPED,
-    INT64_MAX,
-    INT64_MIN,
     TRIGGER_NAMES,
     WINDOW_PSEUDO,
     Scope,
@@ -58,38 +55,17 @@ class Renderer:
         return low, high
 
     def _time_bounds(self, node: ast.Expr) -> list[tuple[int, int]]:
-        """The primary-key range one WHERE conjunct states, if it compares the key with
-        constants (``ts >= '2024-01-01'``, ``_c0 < now``, ``ts BETWEEN a AND b``)."""
-        from ..constants import ConstantContext, evaluate
+        """The primary-key range one WHERE conjunct states (``constants.key_bounds``)."""
+        from ..constants import ConstantContext, key_bounds
 
         now_ns = self.now * PRECISIONS[self.scope.precision]
         constants = ConstantContext(self.scope.precision, self.ctx.timezone, now_ns)
 
-        def constant(expr: ast.Expr) -> int | None:
-            try:
-                value = evaluate(expr, constants, timestamp=True)
-            except WriteRejectedError:  # not a constant: no bound
-                return None
-            return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
         def is_key(expr: ast.Expr) -> bool:
             return isinstance(expr, ast.Column) and self.scope.pk is not None and self.expr(expr).sql == self.scope.pk
 
-        if isinstance(node, ast.Between) and not node.negated and is_key(node.operand):
-            low, high = constant(node.low), constant(node.high)
-            return [(low, high)] if low is not None and high is not None else []
-        if not (isinstance(node, ast.Binary) and node.op in ("<", "<=", ">", ">=", "=")):
-            return []
-        op, other = node.op, node.right
-        if is_key(node.right):  # constant on the left: turn the comparison around
-            op, other = FLIPPED[op], node.left
-        elif not is_key(node.left):
-            return []
-        value = constant(other)
-        if value is None:
-            return []
-        return [{"<": (INT64_MIN, value - 1), "<=": (INT64_MIN, value), ">": (value + 1, INT64_MAX),
-                 ">=": (value, INT64_MAX), "=": (value, value)}[op]]  # fmt: skip
+        bounds = key_bounds(node, is_key, constants)
+        return [bounds] if bounds is not None else []
 
     def duration(self, value: ast.Duration | None, node: ast.Expr | ast.Select) -> int:
         assert value is not None

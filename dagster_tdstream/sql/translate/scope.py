@@ -182,12 +182,6 @@ def query_error(message: str, node: ast.Expr | ast.Select | None = None) -> Quer
     return QueryError(message)
 
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-# a comparison read from its other side (``5 < ts`` is ``ts > 5``)
-FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
-
-
 # trigger placeholders → (column of the triggers view, kind)
 TRIGGER_NAMES: dict[str, tuple[str, str]] = {
     "_twstart": ("_twstart", "ts"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 
 from .. import ast
+from ..constants import INT64_MAX, INT64_MIN
 from ..intervals import IntervalSpec
 from ..limits import MAX_FILL_WINDOWS
 from ..rowwindows import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
@@ -15,8 +16,6 @@ from ..timeunits import TimeValueError
 from .functions import NUMERIC
 from .render import Renderer
 from .scope import (
-    INT64_MAX,
-    INT64_MIN,
     OutputColumn,
     RowWindowPlan,
     Scope,
