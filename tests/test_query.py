@@ -179,8 +179,8 @@ def test_query_errors_name_the_position_and_alternatives(session: Session) -> No
         session.query("select ts,\n nope from meters")
     assert (info.value.line, info.value.column) == (2, 2)
     assert "unknown column nope" in str(info.value)
-    with pytest.raises(QueryError, match=r"function interp\(\) is not supported yet; supported: .*avg"):
-        session.query("select interp(current) from d1001")
+    with pytest.raises(QueryError, match=r"function forecast\(\) is not supported yet; supported: .*avg"):
+        session.query("select forecast(current) from d1001")
     with pytest.raises(QueryError, match="_wstart needs a window clause"):
         session.query("select _wstart, count(*) from d1001")
     with pytest.raises(QueryError) as loose:

@@ -225,6 +225,21 @@ QueryWindow = IntervalWindow | SessionWindow | StateWindow | EventWindow | Count
 
 
 @dataclass(frozen=True)
+class Interp:
+    """``RANGE(start[, end]) [EVERY(d)] [FILL(...)]``, the clause INTERP reads: the points in
+    time it is computed at. A stream's INTERP has no RANGE (its points follow the data)."""
+
+    start: Expr | None = None
+    end: Expr | None = None
+    every: Duration | None = None
+    fill: Fill | None = None
+    # set by a legacy INTERP stream's equivalent (never parsed): one point per trigger, at its
+    # time (TDengine's 3.3.7 streams do not compute INTERP)
+    trigger_points: bool = False
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class OrderItem:
     expr: Expr
     descending: bool = False
@@ -252,6 +267,7 @@ class Select:
     partition_aliases: tuple[str | None, ...] = ()
     # ``/*+ skip_tsma() */``: the hints' names, lower case
     hints: tuple[str, ...] = ()
+    interp: Interp | None = None
 
 
 # --------------------------------------------------------------------------- statements
@@ -537,7 +553,7 @@ class LegacyTag:
     expression of the same alias (or at the same position)."""
 
     name: str
-    type: DataType
+    type: DataType | None  # None: the type of the PARTITION BY column it takes its value from
     comment: str | None = None
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
@@ -561,7 +577,7 @@ class CreateLegacyStream(Statement):
     ignore_update: bool
     into: QualifiedName | None
     columns: tuple[str, ...]
-    composite_key: bool
+    key_column: int | None  # the column list position marked PRIMARY/COMPOSITE KEY
     tags: tuple[LegacyTag, ...]
     subtable: Expr | None
     query: Select

@@ -41,6 +41,8 @@ _CLAUSE_WORDS = frozenset(
         "INTERVAL",
         "SLIDING",
         "FILL",
+        "RANGE",
+        "EVERY",
         "SESSION",
         "STATE_WINDOW",
         "EVENT_WINDOW",
@@ -104,7 +106,7 @@ _START_OPTIONS = ("FILL_HISTORY", "FILL_HISTORY_FIRST")
 WINDOW_EVENT_TYPES = ("WINDOW_OPEN", "WINDOW_CLOSE")
 NOTIFY_EVENT_TYPES = ("WINDOW_OPEN", "WINDOW_CLOSE", "ON_TIME")
 NOTIFY_OPTION_NAMES = ("NOTIFY_HISTORY", "ON_FAILURE_PAUSE")
-FILL_MODES = ("NONE", "NULL", "NULL_F", "VALUE", "VALUE_F", "PREV", "NEXT", "LINEAR")
+FILL_MODES = ("NONE", "NULL", "NULL_F", "VALUE", "VALUE_F", "PREV", "NEXT", "NEAR", "LINEAR")
 
 
 def parse_script(script: str) -> list[ast.Statement]:
@@ -239,6 +241,8 @@ class _Parser:
 
     def ident(self, what: str = "a name") -> Token:
         tok = self.peek()
+        if tok.kind is Kind.QUOTED_IDENT and not tok.name:
+            raise self.fail_at(f"expected {what}: a quoted name cannot be empty (``)", tok)
         if tok.kind in (Kind.IDENT, Kind.QUOTED_IDENT):
             return self.next()
         raise self.error(what)
@@ -952,6 +956,7 @@ class _Parser:
         if self.accept_words("PARTITION", "BY"):
             partitions = self.comma_list(self.partition_item)
         partition_by = tuple(expr for expr, _ in partitions)
+        interp = self.interp_clause() if self.peek().is_word("RANGE") or self.peek().is_word("EVERY") else None
         window = self.query_window()
         group_by: tuple[ast.Expr, ...] = ()
         if self.accept_words("GROUP", "BY"):
@@ -996,7 +1001,25 @@ class _Parser:
             pos=self.pos(start_tok),
             partition_aliases=tuple(alias for _, alias in partitions) if any(a for _, a in partitions) else (),
             hints=tuple(hints),
+            interp=interp,
         )
+
+    def interp_clause(self) -> ast.Interp:
+        """``RANGE(start[, end]) [EVERY(d)] [FILL(...)]`` or, in a stream, ``EVERY(d) FILL(...)``."""
+        tok = self.peek()
+        start = end = None
+        if self.accept_word("RANGE"):
+            self.expect_op("(")
+            start = self.expression()
+            end = self.expression() if self.accept_op(",") else None
+            self.expect_op(")")
+        every = None
+        if self.accept_word("EVERY"):
+            self.expect_op("(")
+            every = self.duration()
+            self.expect_op(")")
+        fill = self.fill() if self.peek().is_word("FILL") else None
+        return ast.Interp(start, end, every, fill, pos=self.pos(tok))
 
     def partition_item(self) -> tuple[ast.Expr, str | None]:
         """``expr [[AS] alias]``: legacy streams name partitions for SUBTABLE and TAGS."""

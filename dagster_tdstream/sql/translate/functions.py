@@ -154,6 +154,12 @@ SERIES_FUNCTIONS: dict[str, str] = {
 }
 OTHER = {
     "cast": "CAST(expr AS type) to the TDengine types (TIMESTAMP from strings in the session time zone)",
+    "interp": "INTERP(expr[, ignore_null_values]) … RANGE(start, end) EVERY(d) or RANGE(t), then FILL(NONE (the"
+    " default), NULL, VALUE, PREV, NEXT, NEAR or LINEAR): at each point the row there (its NULL too, unless"
+    " ignore_null_values is 1), else FILL's value from the neighbouring rows (NEAR: the closer, the earlier on a"
+    " tie; PREV, NEXT and LINEAR leave out points without their neighbours); per PARTITION BY group; with"
+    " `_irowts`, `_isfilled` and (PREV, NEXT, NEAR) `_irowts_origin`. A legacy stream's `TRIGGER AT_ONCE …"
+    " EVERY(d) FILL(…)` writes each point once a row at or after it is written",
     "now": "the statement's time, in the database precision",
     "today": "midnight of the session time zone's current day",
 }

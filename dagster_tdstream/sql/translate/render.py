@@ -36,6 +36,8 @@ class Renderer:
         self.saw_aggregate = False
         self.where: ast.Expr | None = None  # the query's WHERE, for _qstart/_qend
         self.aggregates: dict[str, str | None] = {}  # each aggregate's SQL → its value over no rows
+        # nodes a later stage has computed already (INTERP's values and points): their columns
+        self.replaced: dict[ast.Expr, Typed] = {}
         self.now = ctx.now_ns // PRECISIONS[scope.precision] if ctx.now_ns else now_in(scope.precision)
 
     def _query_range(self, name: str) -> Typed:
@@ -90,6 +92,12 @@ class Renderer:
         return typed
 
     def expr(self, expr: ast.Expr) -> Typed:
+        if self.replaced:
+            key = expr
+            if isinstance(expr, ast.Column):  # identifiers are case-insensitive
+                key = ast.Column(expr.name.lower(), expr.table.lower() if expr.table else None)
+            if key in self.replaced:
+                return self.replaced[key]
         method = getattr(self, "_" + type(expr).__name__.lower(), None)
         if method is None:
             raise query_error(f"{type(expr).__name__} expressions are not supported here", expr)
@@ -115,6 +123,9 @@ class Renderer:
             if self.scope.window is None:
                 raise query_error(f"{expr.name} needs a window clause such as INTERVAL(...)", expr)
             return Typed(self.scope.window_sql[name], "ts" if name != "_wduration" else "int")
+        if name in ("_irowts", "_isfilled", "_irowts_origin") and name not in self.scope.columns:
+            # (an INTERP stream's output keeps them as column names)
+            raise query_error(f"{expr.name} is a pseudo-column of INTERP(…) … RANGE(…) EVERY(…) FILL(…)", expr)
         if name in ("_c0", "_rowts") and self.scope.pk is not None:
             return Typed(self.scope.pk, "ts")
         if name in ("_qstart", "_qend", "_qduration"):
@@ -281,6 +292,8 @@ class Renderer:
             return typed
         if name in TIME_FUNCTIONS:
             return self._time_function(expr)
+        if name == "interp":  # translated by the INTERP stage
+            raise query_error("INTERP(…) needs RANGE(start, end) EVERY(interval) FILL(mode)", expr)
         if name in SERIES_FUNCTIONS:  # translated by the series stage when it is a whole select item
             raise query_error(f"{name}() must be a select item of its own, not part of an expression", expr)
         if name in SCALARS:

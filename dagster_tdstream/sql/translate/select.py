@@ -11,6 +11,7 @@ from .. import ast
 from ..walk import walk
 from .batch import aggregated_before_join, range_buckets
 from .functions import AGGREGATES, SERIES_FUNCTIONS
+from .interp import interp_query, is_interp_query
 from .render import Renderer
 from .scope import (
     TRIGGER_NAMES,
@@ -45,6 +46,8 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
         raise query_error("SLIMIT/SOFFSET limit the groups of PARTITION BY or GROUP BY; this query has none", select)
     render = Renderer(scope, ctx)
     render.where = select.where
+    if is_interp_query(select):
+        return interp_query(select, scope, render, ctx)
     window = select.window
     if window is not None and any(isinstance(item.expr, ast.Star) for item in select.items):
         raise query_error("a window query selects aggregates, selectors and window pseudo-columns, not *", select)

@@ -42,6 +42,10 @@ def filled_windows(
     Window pseudo-columns and partition keys are not filled: they come from the window grid."""
     assert window.fill is not None
     mode = window.fill.mode.removesuffix("_F")
+    if mode == "NEAR":
+        raise query_error(
+            "FILL(NEAR) fills INTERP's points; windows fill with NONE, NULL, VALUE, PREV, NEXT or LINEAR", select
+        )
     if select.having is not None:
         raise query_error("FILL with HAVING is not supported yet", select)
     stream = render.ctx.stream
