@@ -65,10 +65,12 @@ def test_string_functions(numbers: Session) -> None:
 def test_unsupported_functions_and_arguments_are_rejected_at_create_stream(numbers: Session) -> None:
     head = "create stream s interval(10s) sliding(10s) from t into o as select _twstart, "
     with pytest.raises(QueryError) as unknown:
-        numbers.execute(head + "interp(i) from %%trows")
+        numbers.execute(head + "forecast(i) from %%trows")
     assert str(unknown.value).startswith(
-        "error at line 1, column 78: function interp() is not supported yet; supported:"
+        "error at line 1, column 78: function forecast() is not supported yet; supported:"
     )
+    with pytest.raises(QueryError, match=r"INTERP is not computed in a 3\.3\.7 stream's query"):
+        numbers.execute(head + "interp(i) from t range(_twstart) fill(prev)")
     assert "twa" in str(unknown.value) and "sqrt" in str(unknown.value)
     with pytest.raises(QueryError, match=r"column 83: sqrt\(\) needs a number, got a string value"):  # at `s`
         numbers.execute(head + "sqrt(s) from %%trows")

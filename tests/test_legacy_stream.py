@@ -33,7 +33,7 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         " from st where a > 0 partition by tbname as grp interval(10s) sliding(5s)"
     )
     assert isinstance(legacy, ast.CreateLegacyStream)
-    stream = equivalent_stream(legacy, "ts")
+    stream = equivalent_stream(legacy, "ts", {})
     assert stream.trigger == ast.SlidingTrigger(
         sliding=ast.Duration(5, "s"), interval=ast.Duration(10, "s"), interval_offset=None
     )
@@ -74,6 +74,16 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         ("create stream s into o as select count(*) from st group by ta", "GROUP BY is not allowed"),
         ("create stream s into o as select _wstart, count(*) from nope interval(10s)", "nope"),
         ("create stream s ignore update 2 into o as select _wstart, count(*) from t1 interval(10s)", "expected 0 or 1 after IGNORE UPDATE"),
+        ("create stream s trigger at_once into o as select interp(a) from t1 range(1648791212000, 1648791215000) every(1s) fill(prev)", "a stream's INTERP has no RANGE"),
+        ("create stream s into o as select interp(a) from t1 every(1s) fill(prev)", "INTERP in a stream needs TRIGGER AT_ONCE or FORCE_WINDOW_CLOSE, not WINDOW_CLOSE"),
+        ("create stream s trigger at_once into o as select interp(a) from st every(1s) fill(prev)", "an INTERP stream over the super table st needs PARTITION BY tbname"),
+        ("create stream s trigger at_once into o as select interp(a) from st partition by a every(1s) fill(prev)", "needs PARTITION BY tbname"),
+        ("create stream s trigger force_window_close into o as select interp(a) from t1 every(1s) fill(next)", "FILL(NEXT) would need later rows"),
+        ("create stream s trigger force_window_close into o as select _wstart, sum(a) from st interval(2s)", "TRIGGER FORCE_WINDOW_CLOSE over the super table st needs PARTITION BY tbname"),
+        ("create stream s trigger window_close into o as select _wstart, twa(a) from st partition by tbname interval(2s)", "function twa() is not allowed"),
+        ("create stream s into o(a, b primary key, c) as select count(*) c1, max(a), max(b) from st interval(10s)", "PRIMARY KEY marks the output column after the timestamp, not b"),
+        ("create stream s into o(a, b, c) tags(c varchar(60)) as select _wstart, count(*), max(a) from st partition by tbname c interval(10s)", "duplicate output column name 'c'"),
+        ("create stream `` into o as select count(*) from st interval(10s)", "a quoted name cannot be empty"),
     ],
 )  # fmt: skip
 def test_legacy_rules_reject_with_a_position_and_create_nothing(
@@ -205,3 +215,32 @@ def test_where_follows_updates_windows_without_rows_are_not_written_and_one_writ
     assert output(session, "select * from out") == [(T0 + 57_000, 1, 0)]
     with pytest.raises(TDStreamError, match=re.escape("stream lg.s already writes lg.out")):
         session.execute("create stream s2 into out as select _wstart, count(*) c1 from t2 interval(10s)")
+
+
+def test_interp_at_once_writes_each_point_the_data_passes_per_child_table(
+    session: Session, harness: StreamHarness
+) -> None:
+    """An INTERP stream (TRIGGER AT_ONCE … EVERY(1s) FILL(…)): each point on the EVERY grid is
+    written once a row at or after it is, with the row there or the FILL value from its
+    neighbours; each child table is its own timeline."""
+    _setup(session)
+    session.execute(
+        "create stream sp trigger at_once into prev_out as"
+        " select _irowts, interp(a) v, _isfilled f from st partition by tbname every(1s) fill(prev);"
+        "create stream sl trigger at_once into linear_out as"
+        " select interp(a) v, _isfilled f from t1 every(1s) fill(linear)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 1, 0) ({T0 + 3000}, 4, 0) t2 values ({T0 + 1000}, 10, 0)")
+    assert harness.run_until_idle().failures == []
+    rows = sorted(output(session, "select tbname, _irowts, v, f from prev_out"))
+    by_table = [(name.split("_")[-1] != "0", ts - T0, v, f) for name, ts, v, f in rows]  # type: ignore[operator]
+    assert sorted((ts, v, f) for _, ts, v, f in by_table) == [
+        (0, 1, False), (1000, 1, True), (1000, 10, False), (2000, 1, True), (3000, 4, False),
+    ]  # fmt: skip
+    # the query put no timestamp first: the point is written first as _irowts; integers stay integers
+    assert output(session, "select _irowts, v, f from linear_out") == [
+        (T0, 1, False), (T0 + 1000, 2, True), (T0 + 2000, 3, True), (T0 + 3000, 4, False),
+    ]  # fmt: skip
+    session.execute(f"insert into t1 values ({T0 + 5000}, 6, 0)")  # passes two more points
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select v, f from linear_out where _irowts > " + str(T0 + 3000)) == [(5, True), (6, False)]

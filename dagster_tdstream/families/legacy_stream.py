@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import StreamValidationError
 from ..results import Result
 from ..sql import ast
-from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream
+from ..sql.legacy_stream import is_interp_stream, needs_tbname_partition, validate_legacy_stream
 from ..storage.catalog import StreamInfo
 from ..storage.registry import load_streams
 from .register import checked_stream, register_with_output
@@ -39,6 +39,10 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     if table.kind == "super" and needs_tbname_partition(stmt):
         window = stmt.query.window
         what = type(window).__name__.replace("Window", "_WINDOW").upper() if window else "a stream without a window"
+        if is_interp_stream(stmt):
+            what = "an INTERP stream"
+        elif stmt.trigger == "FORCE_WINDOW_CLOSE":
+            what = "TRIGGER FORCE_WINDOW_CLOSE"
         raise StreamValidationError(
             f"{what} over the super table {table.name} needs"
             " PARTITION BY tbname (each child table's rows are windowed apart)",
@@ -49,7 +53,8 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     info = StreamInfo(db, name, stmt.text, "Running", 0, 0, session.timezone.key)
     stream, columns = checked_stream(session, info)
     start_offset = session.stream_start_offset(stream.stmt, db)
-    if stmt.columns and len(stmt.columns) != len(columns):
+    named = stream.stmt.columns  # the column list, the timestamp the engine puts first included
+    if named and len(named) != len(columns):
         raise StreamValidationError(
             f"the output column list names {len(stmt.columns)} column(s), the query returns {len(columns)}"
             f" ({', '.join(c.name for c in columns)})",
@@ -57,11 +62,13 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             column=stmt.query.pos.column or None,
             statement=stmt.text,
         )
-    names = [name.lower() for name in stmt.columns] or [column.name.lower() for column in columns]
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    names = [name.lower() for name in named] or [column.name.lower() for column in columns]
+    tags = [tag.name.lower() for tag in stmt.tags]
+    repeated = sorted({name for name in names if names.count(name) > 1} | (set(names) & set(tags)))
     if repeated:
         raise StreamValidationError(
-            f"duplicate output column name {repeated[0]!r} (output columns: {', '.join(names)})",
+            f"duplicate output column name {repeated[0]!r} (output columns: {', '.join(names)};"
+            f" tags: {', '.join(tags) or 'group_id'})",
             line=stmt.query.pos.line or None,
             column=stmt.query.pos.column or None,
             statement=stmt.text,

@@ -15,6 +15,7 @@ TRIGGER AT_ONCE and FORCE_WINDOW_CLOSE internal options of the engine (``ast.AT_
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import StreamValidationError
@@ -38,6 +39,7 @@ REFUSED_FUNCTIONS = (
 WINDOW_NAMES = {"_wstart": "_twstart", "_wend": "_twend", "_wduration": "_twduration"}
 OPTION_WORDS = ("TRIGGER", "WATERMARK", "IGNORE EXPIRED", "IGNORE UPDATE", "DELETE_MARK", "FILL_HISTORY")
 MIN_MAX_DELAY_NS = 5 * 10**9
+TABLE_NAME_LENGTH = 192  # TDengine's tbname: VARCHAR(192)
 
 
 def parse_legacy_stream(p: Parser, name: ast.QualifiedName, if_not_exists: bool) -> ast.CreateLegacyStream:
@@ -90,7 +92,7 @@ def parse_legacy_stream(p: Parser, name: ast.QualifiedName, if_not_exists: bool)
                 ignore_update = flag
     into = None
     columns: list[str] = []
-    composite_key = False
+    key_column = None
     tags: list[ast.LegacyTag] = []
     subtable = None
     if p.accept_word("INTO"):
@@ -100,9 +102,11 @@ def parse_legacy_stream(p: Parser, name: ast.QualifiedName, if_not_exists: bool)
                 columns.append(p.ident("an output column name").name)
                 key_tok = p.peek()
                 if p.accept_words("COMPOSITE", "KEY") or p.accept_words("PRIMARY", "KEY"):
-                    if len(columns) != 2:
-                        raise p.fail_at(f"{key_tok.upper} KEY can only mark the second column", key_tok)
-                    composite_key = True
+                    if key_column is not None:
+                        raise p.fail_at(f"{key_tok.upper} KEY marks one column", key_tok)
+                    # whether it is the output's second column depends on the query (see
+                    # _output_columns): checked with the equivalent stream
+                    key_column = len(columns) - 1
                 if not p.accept_op(","):
                     break
             p.expect_op(")")
@@ -128,7 +132,7 @@ def parse_legacy_stream(p: Parser, name: ast.QualifiedName, if_not_exists: bool)
         ignore_update=ignore_update,
         into=into,
         columns=tuple(columns),
-        composite_key=composite_key,
+        key_column=key_column,
         tags=tuple(tags),
         subtable=subtable,
         query=query,
@@ -148,7 +152,8 @@ def _flag(p: Parser, word: str) -> bool:
 def _tag(p: Parser) -> ast.LegacyTag:
     tok = p.peek()
     name = p.ident("a tag name").name
-    dtype = p.data_type()
+    # ``TAGS(cc)``: the tag takes the type of the PARTITION BY column it is the value of
+    dtype = None if p.peek().is_op(",", ")") or p.peek().is_word("COMMENT") else p.data_type()
     comment = p.string() if p.accept_word("COMMENT") else None
     return ast.LegacyTag(name, dtype, comment, p.pos(tok))
 
@@ -181,7 +186,7 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
                 "not built yet: PARTITION BY an expression; a stream here groups by tbname or tags",
                 part.pos,
             )
-    if window is None:
+    if window is None and not is_interp_stream(stmt):
         _validate_scalar(stmt)
     if query.having is not None and not isinstance(window, ast.IntervalWindow):
         raise _error(stmt, "HAVING is allowed only with INTERVAL in a stream's query", query.having.pos)
@@ -191,8 +196,13 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
         and stmt.trigger not in ("FORCE_WINDOW_CLOSE",)
     ):
         raise _error(stmt, "FILL in a legacy stream needs TRIGGER FORCE_WINDOW_CLOSE")
+    if is_interp_stream(stmt):
+        _validate_interp(stmt)
+    allowed = {"interp"} if query.interp is not None else set()
+    if stmt.trigger == "FORCE_WINDOW_CLOSE":
+        allowed.add("twa")  # TDengine computes twa in a stream only at FORCE_WINDOW_CLOSE
     for node in all_expressions(query):
-        if isinstance(node, ast.Func) and node.name in REFUSED_FUNCTIONS:
+        if isinstance(node, ast.Func) and node.name in REFUSED_FUNCTIONS and node.name not in allowed:
             raise _error(
                 stmt,
                 f"function {node.name}() is not allowed in a stream"
@@ -216,9 +226,14 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
     sliding = window.sliding if isinstance(window, ast.IntervalWindow) else None
     if isinstance(window, ast.IntervalWindow) and sliding is not None and sliding.nanos > window.interval.nanos:
         raise _error(stmt, f"SLIDING {window.sliding} is longer than INTERVAL {window.interval}")
-    if stmt.trigger in ("FORCE_WINDOW_CLOSE", "CONTINUOUS_WINDOW_CLOSE") and not isinstance(window, ast.IntervalWindow):
-        raise _error(stmt, f"TRIGGER {stmt.trigger} needs an INTERVAL window", opt("TRIGGER"))
-    if stmt.trigger == "FORCE_WINDOW_CLOSE":
+    interp = is_interp_stream(stmt)
+    if (
+        stmt.trigger in ("FORCE_WINDOW_CLOSE", "CONTINUOUS_WINDOW_CLOSE")
+        and not isinstance(window, ast.IntervalWindow)
+        and not (interp and stmt.trigger == "FORCE_WINDOW_CLOSE")
+    ):
+        raise _error(stmt, f"TRIGGER {stmt.trigger} needs an INTERVAL window or INTERP … EVERY", opt("TRIGGER"))
+    if stmt.trigger == "FORCE_WINDOW_CLOSE" and not interp:
         assert isinstance(window, ast.IntervalWindow)
         if stmt.fill_history:
             raise _error(stmt, "TRIGGER FORCE_WINDOW_CLOSE needs FILL_HISTORY 0", opt("FILL_HISTORY"))
@@ -267,13 +282,60 @@ def needs_tbname_partition(stmt: ast.CreateLegacyStream) -> bool:
     where the table's kind is known), and so do streams without a window (each child
     table's rows are written apart, keyed by their timestamps)."""
     window = stmt.query.window
-    if window is not None and not isinstance(window, ast.StateWindow | ast.EventWindow | ast.CountWindow):
+    per_table = is_interp_stream(stmt) or stmt.trigger == "FORCE_WINDOW_CLOSE"  # INTERP and FWC too
+    if (
+        not per_table
+        and window is not None
+        and not isinstance(window, ast.StateWindow | ast.EventWindow | ast.CountWindow)
+    ):
         return False
     return not any(isinstance(e, ast.Column) and e.name.lower() == "tbname" for e in stmt.query.partition_by)
 
 
-def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> ast.CreateStream:
-    """The 3.3.7 stream the legacy statement is (see the module docstring)."""
+def is_interp_stream(stmt: ast.CreateLegacyStream) -> bool:
+    """``SELECT INTERP(…) … EVERY(d) FILL(…)``: a stream of points in time."""
+    query = stmt.query
+    return query.interp is not None or any(
+        isinstance(node, ast.Func) and node.name == "interp" for item in query.items for node in walk(item.expr)
+    )
+
+
+def _validate_interp(stmt: ast.CreateLegacyStream) -> None:
+    """TDengine's rules for INTERP streams: points every EVERY as the data passes them (no
+    RANGE), at once or at the wall clock, and FILL modes that do not wait for later rows at the
+    wall clock."""
+    query, clause, opt = stmt.query, stmt.query.interp, stmt.option_pos.get
+    if clause is None:
+        raise _error(stmt, "INTERP in a stream needs EVERY(interval) FILL(mode) after FROM … [PARTITION BY …]")
+    if clause.start is not None:
+        raise _error(stmt, "a stream's INTERP has no RANGE: its points are every EVERY(…) the data passes", clause.pos)
+    if clause.every is None:
+        raise _error(stmt, "INTERP in a stream needs EVERY(interval): the distance between its points", clause.pos)
+    if query.window is not None:
+        raise _error(stmt, "INTERP cannot be combined with a window clause")
+    if stmt.trigger not in ("AT_ONCE", "FORCE_WINDOW_CLOSE"):
+        raise _error(
+            stmt, f"INTERP in a stream needs TRIGGER AT_ONCE or FORCE_WINDOW_CLOSE, not {stmt.trigger}", opt("TRIGGER")
+        )
+    mode = clause.fill.mode if clause.fill is not None else "NONE"
+    if stmt.trigger == "FORCE_WINDOW_CLOSE":
+        if mode in ("NEXT", "LINEAR", "NEAR"):
+            raise _error(
+                stmt, f"TRIGGER FORCE_WINDOW_CLOSE writes each point when the clock reaches it: FILL({mode}) would "
+                "need later rows", clause.pos,
+            )  # fmt: skip
+        raise _error(
+            stmt, "not built yet: INTERP at TRIGGER FORCE_WINDOW_CLOSE (points at the wall clock)", opt("TRIGGER")
+        )
+
+
+def equivalent_stream(
+    stmt: ast.CreateLegacyStream, timestamp_column: str, column_types: Mapping[str, ast.DataType]
+) -> ast.CreateStream:
+    """The 3.3.7 stream the legacy statement is (see the module docstring). ``column_types``:
+    the source's columns and tags by lower-case name, the types of tags TAGS names without one."""
+    if is_interp_stream(stmt):
+        return _interp_equivalent(stmt, column_types)
     query = stmt.query
     # without a window each row is its own window: COUNT_WINDOW(1) writes it as it arrives
     window = query.window or ast.CountWindow(1)
@@ -302,13 +364,15 @@ def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> as
         ast.SelectItem(_group_keys(stmt, _trigger_names(item.expr)), item.alias, item.text) for item in query.items
     )
     first = query.items[0].expr if query.items else None
-    if not (isinstance(first, ast.Column) and first.name.lower() in ("_wstart", timestamp_column.lower())):
+    prepended = not (isinstance(first, ast.Column) and first.name.lower() in ("_wstart", timestamp_column.lower()))
+    if prepended:
         # the legacy engine puts the window start first when the query does not
         taken = {(item.alias or item.text).lower() for item in items}
         items = (
             ast.SelectItem(ast.Column("_twstart"), "_wstart" if "_wstart" not in taken else "_twstart", "_wstart"),
             *items,
         )
+    columns, composite_key = _output_columns(stmt, prepended, items[0].alias or items[0].text)
     stream_query = ast.Select(
         items=items,
         source=ast.PlaceholderSource(ast.Placeholder("trows")),
@@ -316,28 +380,103 @@ def equivalent_stream(stmt: ast.CreateLegacyStream, timestamp_column: str) -> as
         text=query.text,
         pos=query.pos,
     )
-    partition = query.partition_by
-    tags = tuple(
-        ast.OutputTag(tag.name, tag.type, _partition_value(stmt, i, tag.name), tag.comment)
-        for i, tag in enumerate(stmt.tags)
-    )
     return ast.CreateStream(
         name=stmt.name,
         if_not_exists=stmt.if_not_exists,
         trigger=_trigger(window),
         trigger_table=query.source.table,
-        partition_by=partition,
+        partition_by=query.partition_by,
         options=tuple(options),
         notification=stmt.notification,
         into=stmt.into,
         output_subtable=_placeholders(stmt, stmt.subtable) if stmt.subtable is not None else None,
-        columns=stmt.columns,
-        composite_key=stmt.composite_key,
-        tags=tags,
+        columns=columns,
+        composite_key=composite_key,
+        tags=_output_tags(stmt, column_types),
         query=stream_query,
         pos=stmt.pos,
         text=stmt.text,
     )
+
+
+def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, ast.DataType]) -> ast.CreateStream:
+    """An INTERP stream is a SLIDING(every) stream of points in time: a point fires when a row
+    at or after it is written (the row there, or the rows around it, are then known), and its
+    query is INTERP over the group's rows at that point (``Interp.trigger_points``) with the
+    statement's FILL. Without a window, nothing to recalculate: points already written stay."""
+    query, clause = stmt.query, stmt.query.interp
+    assert clause is not None and clause.every is not None and isinstance(query.source, ast.TableSource)
+    options = [ast.StreamOption(ast.PARTITION_BY_VALUES), ast.StreamOption(ast.LEGACY_OUTPUT)]
+    if stmt.fill_history:
+        options.append(ast.StreamOption("FILL_HISTORY"))
+    items = query.items
+    first = items[0].expr if items else None
+    prepended = not (isinstance(first, ast.Column) and first.name.lower() == "_irowts")
+    if prepended:
+        # the output's timestamp: the point, first, as TDengine writes it
+        items = (ast.SelectItem(ast.Column("_irowts"), None, "_irowts"), *items)
+    columns, composite_key = _output_columns(stmt, prepended, items[0].alias or items[0].text)
+    stream_query = dataclasses.replace(
+        query,
+        items=items,
+        partition_by=(),
+        partition_aliases=(),
+        interp=ast.Interp(fill=clause.fill, trigger_points=True, pos=clause.pos),
+    )
+    return ast.CreateStream(
+        name=stmt.name,
+        if_not_exists=stmt.if_not_exists,
+        trigger=ast.SlidingTrigger(sliding=clause.every),
+        trigger_table=query.source.table,
+        partition_by=query.partition_by,
+        options=tuple(options),
+        notification=stmt.notification,
+        into=stmt.into,
+        output_subtable=_placeholders(stmt, stmt.subtable) if stmt.subtable is not None else None,
+        columns=columns,
+        composite_key=composite_key,
+        tags=_output_tags(stmt, column_types),
+        query=stream_query,
+        pos=stmt.pos,
+        text=stmt.text,
+    )
+
+
+def _output_columns(stmt: ast.CreateLegacyStream, prepended: bool, timestamp: str) -> tuple[tuple[str, ...], bool]:
+    """The output's column names and whether it has a composite key. A column list names the
+    query's columns: when the engine puts the timestamp first itself, the list names the ones
+    after it. PRIMARY KEY can only mark the column after the timestamp."""
+    columns, key = stmt.columns, stmt.key_column
+    if prepended and columns:
+        columns, key = (timestamp, *columns), None if key is None else key + 1
+    if key is not None and key != 1:
+        raise _error(
+            stmt,
+            f"PRIMARY KEY marks the output column after the timestamp, not {stmt.columns[stmt.key_column or 0]}",
+        )
+    return columns, key is not None
+
+
+def _output_tags(stmt: ast.CreateLegacyStream, column_types: Mapping[str, ast.DataType]) -> tuple[ast.OutputTag, ...]:
+    tags = []
+    for i, tag in enumerate(stmt.tags):
+        value = _partition_value(stmt, i, tag.name)
+        dtype = tag.type or _partition_type(stmt, value, column_types)
+        tags.append(ast.OutputTag(tag.name, dtype, value, tag.comment))
+    return tuple(tags)
+
+
+def _partition_type(
+    stmt: ast.CreateLegacyStream, value: ast.Placeholder, column_types: Mapping[str, ast.DataType]
+) -> ast.DataType:
+    """The type of the PARTITION BY column an untyped tag takes its value from."""
+    part = stmt.query.partition_by[int(value.name) - 1] if stmt.query.partition_by else None
+    if isinstance(part, ast.Column):
+        if part.name.lower() == "tbname":
+            return ast.DataType("VARCHAR", TABLE_NAME_LENGTH)
+        if part.name.lower() in column_types:
+            return column_types[part.name.lower()]
+    raise _error(stmt, "a tag in TAGS without a type takes the type of its PARTITION BY column: name its type")
 
 
 def _trigger(window: ast.QueryWindow) -> ast.Trigger:

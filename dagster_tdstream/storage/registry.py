@@ -105,7 +105,10 @@ def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
     elif isinstance(written, ast.CreateLegacyStream):
         # a legacy stream runs as the 3.3.7 stream it is equivalent to
         key = trigger_table.primary_key if trigger_table is not None else "ts"
-        stmt, family = legacy_equivalent(written, key), "legacy_stream"
+        types = {}
+        if trigger_table is not None:
+            types = {c.name.lower(): c.type for c in (*trigger_table.columns, *trigger_table.tags)}
+        stmt, family = legacy_equivalent(written, key, types), "legacy_stream"
     return StreamDefinition(info, stmt, trigger_table, precision, missing, family)
 
 
