@@ -87,7 +87,15 @@ class RunningWorker:
         resources = {name: (type(r), r.model_dump()) for name, r in self.harness.resources.items()}
         self.process = context.Process(target=_run_worker, args=(root, resources, max_triggers))
         self.process.start()
-        return wait_for(lambda: worker_run_id(self.harness.instance), "the worker run starts")
+        return wait_for(self._started, "the worker run starts")
+
+    def _started(self) -> str | None:
+        """The worker's run id once the run has started: a cancel reported while it is still
+        starting is overwritten by its RUN_START event, and the loop would then serve its full
+        time."""
+        run_id = worker_run_id(self.harness.instance)
+        run = None if run_id is None else self.harness.instance.get_run_by_id(run_id)
+        return run_id if run is not None and run.status == DagsterRunStatus.STARTED else None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
