@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -77,7 +78,16 @@ class StreamHarness:
             # a persistent instance in a temporary folder: schedule contexts load the instance
             # by reference, which an ephemeral one does not have
             self._instance_dir = tempfile.TemporaryDirectory(prefix="tdstream-dagster-")
-            instance = DagsterInstance.local_temp(self._instance_dir.name, overrides={"telemetry": {"enabled": False}})
+            root = Path(self._instance_dir.name)
+            # in its dagster.yaml, so a run process loading the instance by reference (the live
+            # worker) sees the same storage; one event log database, not one per run: the
+            # harness makes many short runs, and creating each run's database cost ~0.25 s
+            (root / "dagster.yaml").write_text(
+                "telemetry:\n  enabled: false\n"
+                "event_log_storage:\n  module: dagster._core.storage.event_log\n"
+                f"  class: ConsolidatedSqliteEventLogStorage\n  config:\n    base_dir: {root / 'history'}\n"
+            )
+            instance = DagsterInstance.local_temp(str(root))
         self.instance = instance
         self._clock = clock
         self.skew_ns = 0  # processing time moved forward by ``advance_clock``
