@@ -244,3 +244,24 @@ def test_interp_at_once_writes_each_point_the_data_passes_per_child_table(
     session.execute(f"insert into t1 values ({T0 + 5000}, 6, 0)")  # passes two more points
     assert harness.run_until_idle().failures == []
     assert output(session, "select v, f from linear_out where _irowts > " + str(T0 + 3000)) == [(5, True), (6, False)]
+
+
+def test_interp_at_force_window_close_writes_every_tables_point_at_each_tick(session: Session) -> None:
+    """TRIGGER FORCE_WINDOW_CLOSE INTERP: the points are the wall clock's; at each tick every
+    child table gets the point with FILL's value from the rows written so far."""
+    _setup(session)
+    session.execute(
+        "create stream sf trigger force_window_close into clock_out as"
+        " select _irowts, interp(a) v from st partition by tbname every(1s) fill(prev)"
+    )
+    now_ms = 1_700_000_000_000
+    clock = StreamHarness(session.warehouse, timezone="UTC", clock=lambda: now_ms * 10**6)
+    assert clock.run_until_idle().runs == 0  # the clock's first point is after the stream exists
+    session.execute(f"insert into t1 values ({now_ms - 500}, 7, 0) t2 values ({now_ms - 2000}, 9, 0)")
+    clock.advance_clock(1)
+    assert clock.run_until_idle().failures == []
+    session.execute(f"insert into t1 values ({now_ms + 1500}, 8, 0)")
+    clock.advance_clock(1)
+    assert clock.run_until_idle().failures == []
+    rows = output(session, "select tbname, _irowts, v from clock_out")
+    assert sorted((ts - now_ms, v) for _, ts, v in rows) == [(1000, 7), (1000, 9), (2000, 8), (2000, 9)]  # type: ignore[operator]

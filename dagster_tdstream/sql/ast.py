@@ -233,9 +233,10 @@ class Interp:
     end: Expr | None = None
     every: Duration | None = None
     fill: Fill | None = None
-    # set by a legacy INTERP stream's equivalent (never parsed): one point per trigger, at its
-    # time (TDengine's 3.3.7 streams do not compute INTERP)
-    trigger_points: bool = False
+    # set by a legacy INTERP stream's equivalent (never parsed): one point per trigger, at the
+    # time this placeholder holds — ``_tcurrent_ts`` (a SLIDING point) or ``_tlocaltime`` (a
+    # PERIOD tick). TDengine's 3.3.7 streams do not compute INTERP
+    trigger_point: str | None = None
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 

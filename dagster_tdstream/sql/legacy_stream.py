@@ -318,15 +318,11 @@ def _validate_interp(stmt: ast.CreateLegacyStream) -> None:
             stmt, f"INTERP in a stream needs TRIGGER AT_ONCE or FORCE_WINDOW_CLOSE, not {stmt.trigger}", opt("TRIGGER")
         )
     mode = clause.fill.mode if clause.fill is not None else "NONE"
-    if stmt.trigger == "FORCE_WINDOW_CLOSE":
-        if mode in ("NEXT", "LINEAR", "NEAR"):
-            raise _error(
-                stmt, f"TRIGGER FORCE_WINDOW_CLOSE writes each point when the clock reaches it: FILL({mode}) would "
-                "need later rows", clause.pos,
-            )  # fmt: skip
+    if stmt.trigger == "FORCE_WINDOW_CLOSE" and mode in ("NEXT", "LINEAR", "NEAR"):
         raise _error(
-            stmt, "not built yet: INTERP at TRIGGER FORCE_WINDOW_CLOSE (points at the wall clock)", opt("TRIGGER")
-        )
+            stmt, f"TRIGGER FORCE_WINDOW_CLOSE writes each point when the clock reaches it: FILL({mode}) would "
+            "need later rows", clause.pos,
+        )  # fmt: skip
 
 
 def equivalent_stream(
@@ -400,14 +396,18 @@ def equivalent_stream(
 
 
 def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, ast.DataType]) -> ast.CreateStream:
-    """An INTERP stream is a SLIDING(every) stream of points in time: a point fires when a row
-    at or after it is written (the row there, or the rows around it, are then known), and its
-    query is INTERP over the group's rows at that point (``Interp.trigger_points``) with the
-    statement's FILL. Without a window, nothing to recalculate: points already written stay."""
+    """An INTERP stream is a stream of points in time. At AT_ONCE it is a SLIDING(every)
+    stream: a point fires when a row at or after it is written (the row there, or the rows
+    around it, are then known). At FORCE_WINDOW_CLOSE it is a PERIOD(every) stream: a point
+    fires for every group when the wall clock reaches it (FILL PREV, NULL or VALUE). Either
+    way its query is INTERP over the group's rows at the trigger's time
+    (``Interp.trigger_point``) with the statement's FILL. Without a window there is nothing
+    to recalculate: points already written stay."""
     query, clause = stmt.query, stmt.query.interp
     assert clause is not None and clause.every is not None and isinstance(query.source, ast.TableSource)
     options = [ast.StreamOption(ast.PARTITION_BY_VALUES), ast.StreamOption(ast.LEGACY_OUTPUT)]
-    if stmt.fill_history:
+    clock = stmt.trigger == "FORCE_WINDOW_CLOSE"
+    if stmt.fill_history and not clock:  # the wall clock's points start when the stream does
         options.append(ast.StreamOption("FILL_HISTORY"))
     items = query.items
     first = items[0].expr if items else None
@@ -421,12 +421,12 @@ def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, 
         items=items,
         partition_by=(),
         partition_aliases=(),
-        interp=ast.Interp(fill=clause.fill, trigger_points=True, pos=clause.pos),
+        interp=ast.Interp(fill=clause.fill, trigger_point="_tlocaltime" if clock else "_tcurrent_ts", pos=clause.pos),
     )
     return ast.CreateStream(
         name=stmt.name,
         if_not_exists=stmt.if_not_exists,
-        trigger=ast.SlidingTrigger(sliding=clause.every),
+        trigger=ast.PeriodTrigger(clause.every) if clock else ast.SlidingTrigger(sliding=clause.every),
         trigger_table=query.source.table,
         partition_by=query.partition_by,
         options=tuple(options),

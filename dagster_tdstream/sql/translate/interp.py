@@ -53,7 +53,7 @@ def interp_query(
 ) -> tuple[str, list[OutputColumn], Scope]:
     clause, calls = select.interp, interp_calls(select)
     stream = ctx.stream
-    if (stream is not None) != (clause is not None and clause.trigger_points):
+    if (stream is not None) != (clause is not None and clause.trigger_point is not None):
         # only a legacy INTERP stream's equivalent query computes its triggers' points
         raise query_error("INTERP is not computed in a 3.3.7 stream's query (TDengine does not support it)", select)
     if clause is None:
@@ -103,9 +103,11 @@ def interp_query(
         grid = (
             f"SELECT {key_list}__w AS __t{nulls}, 1 AS __g, NULL AS __tid FROM ({groups}) __k CROSS JOIN ({points}) __s"
         )
-    else:  # one point per trigger (a SLIDING point), in its group
+    else:  # one point per trigger, in its group: a SLIDING point, or a PERIOD tick (ns)
         group = "".join(f"__trig.__g{j + 1} AS __p{j}, " for j in range(len(keys)))
-        point = "__trig._tcurrent_ts"
+        point = f"__trig.{clause.trigger_point}"
+        if clause.trigger_point == "_tlocaltime":
+            point = f"{point} DIV {PRECISIONS[scope.precision]}"
         triggers = f"{quote_ident(stream.triggers_view)} __trig"
         grid = f"SELECT {group}{point} AS __t{nulls}, 1 AS __g, __trig.__tid AS __tid FROM {triggers}"
     rows = f"SELECT {key_list}__t, {', '.join(f'__v{i}' for i in range(len(calls)))}, 0 AS __g, NULL AS __tid FROM __d"
