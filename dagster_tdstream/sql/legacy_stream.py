@@ -368,7 +368,6 @@ def equivalent_stream(
             ast.SelectItem(ast.Column("_twstart"), "_wstart" if "_wstart" not in taken else "_twstart", "_wstart"),
             *items,
         )
-    columns, composite_key = _output_columns(stmt, prepended, items[0].alias or items[0].text)
     stream_query = ast.Select(
         items=items,
         source=ast.PlaceholderSource(ast.Placeholder("trows")),
@@ -376,23 +375,7 @@ def equivalent_stream(
         text=query.text,
         pos=query.pos,
     )
-    return ast.CreateStream(
-        name=stmt.name,
-        if_not_exists=stmt.if_not_exists,
-        trigger=_trigger(window),
-        trigger_table=query.source.table,
-        partition_by=query.partition_by,
-        options=tuple(options),
-        notification=stmt.notification,
-        into=stmt.into,
-        output_subtable=_placeholders(stmt, stmt.subtable) if stmt.subtable is not None else None,
-        columns=columns,
-        composite_key=composite_key,
-        tags=_output_tags(stmt, column_types),
-        query=stream_query,
-        pos=stmt.pos,
-        text=stmt.text,
-    )
+    return _stream(stmt, _trigger(window), options, stream_query, column_types, prepended)
 
 
 def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, ast.DataType]) -> ast.CreateStream:
@@ -415,7 +398,6 @@ def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, 
     if prepended:
         # the output's timestamp: the point, first, as TDengine writes it
         items = (ast.SelectItem(ast.Column("_irowts"), None, "_irowts"), *items)
-    columns, composite_key = _output_columns(stmt, prepended, items[0].alias or items[0].text)
     stream_query = dataclasses.replace(
         query,
         items=items,
@@ -423,12 +405,30 @@ def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, 
         partition_aliases=(),
         interp=ast.Interp(fill=clause.fill, trigger_point="_tlocaltime" if clock else "_tcurrent_ts", pos=clause.pos),
     )
+    trigger = ast.PeriodTrigger(clause.every) if clock else ast.SlidingTrigger(sliding=clause.every)
+    return _stream(stmt, trigger, options, stream_query, column_types, prepended)
+
+
+def _stream(
+    stmt: ast.CreateLegacyStream,
+    trigger: ast.Trigger,
+    options: list[ast.StreamOption],
+    query: ast.Select,
+    column_types: Mapping[str, ast.DataType],
+    prepended: bool,
+) -> ast.CreateStream:
+    """The 3.3.7 statement: the legacy one's source, partitions, output and notification with
+    the trigger, options and query the mapping chose (``prepended``: the query's first item is
+    the timestamp the engine put there)."""
+    source = stmt.query.source
+    assert isinstance(source, ast.TableSource) and query.items
+    columns, composite_key = _output_columns(stmt, prepended, query.items[0].alias or query.items[0].text)
     return ast.CreateStream(
         name=stmt.name,
         if_not_exists=stmt.if_not_exists,
-        trigger=ast.PeriodTrigger(clause.every) if clock else ast.SlidingTrigger(sliding=clause.every),
-        trigger_table=query.source.table,
-        partition_by=query.partition_by,
+        trigger=trigger,
+        trigger_table=source.table,
+        partition_by=stmt.query.partition_by,
         options=tuple(options),
         notification=stmt.notification,
         into=stmt.into,
@@ -436,7 +436,7 @@ def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, 
         columns=columns,
         composite_key=composite_key,
         tags=_output_tags(stmt, column_types),
-        query=stream_query,
+        query=query,
         pos=stmt.pos,
         text=stmt.text,
     )
