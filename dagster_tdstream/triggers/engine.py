@@ -103,6 +103,9 @@ class WindowTrigger:
     max_delay: int | None = None  # processing time, ns
     delete_recalc: bool = False
     clock_close: bool = False
+    # the legacy TRIGGER AT_ONCE: every open window a write touches is computed at once, however
+    # far the watermark holds its close back (TDengine's pauseAndResume: AT_ONCE WATERMARK 1d)
+    at_once: bool = False
 
     @staticmethod
     def new_state() -> GroupState:
@@ -114,7 +117,7 @@ class WindowTrigger:
         if self.max_delay is None or state.max_ts is None:
             return []
         fired = []
-        progress = state.max_ts - self.watermark
+        progress = state.max_ts - (0 if self.at_once else self.watermark)
         for start in sorted(state.counts):
             count = state.counts[start]
             if start > progress or state.delayed.get(start) == count:
