@@ -84,6 +84,7 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         ("create stream s into o(a, b primary key, c) as select count(*) c1, max(a), max(b) from st interval(10s)", "PRIMARY KEY marks the output column after the timestamp, not b"),
         ("create stream s into o(a, b, c) tags(c varchar(60)) as select _wstart, count(*), max(a) from st partition by tbname c interval(10s)", "duplicate output column name 'c'"),
         ("create stream `` into o as select count(*) from st interval(10s)", "a quoted name cannot be empty"),
+        ("create stream s into o(a, b, c) as select count(*) c1, max(a) from st interval(10s)", "names 3 column(s), the query returns 2 (c1, max(a))"),
     ],
 )  # fmt: skip
 def test_legacy_rules_reject_with_a_position_and_create_nothing(

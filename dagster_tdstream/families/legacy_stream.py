@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from ..errors import StreamValidationError
 from ..results import Result
 from ..sql import ast
-from ..sql.legacy_stream import is_interp_stream, needs_tbname_partition, validate_legacy_stream
+from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream
+from ..sql.walk import is_interp_query
 from ..storage.catalog import StreamInfo
 from ..storage.registry import load_streams
 from .register import checked_stream, register_with_output
@@ -39,7 +40,7 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     if table.kind == "super" and needs_tbname_partition(stmt):
         window = stmt.query.window
         what = type(window).__name__.replace("Window", "_WINDOW").upper() if window else "a stream without a window"
-        if is_interp_stream(stmt):
+        if is_interp_query(stmt.query):
             what = "an INTERP stream"
         elif stmt.trigger == "FORCE_WINDOW_CLOSE":
             what = "TRIGGER FORCE_WINDOW_CLOSE"
@@ -55,9 +56,11 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     start_offset = session.stream_start_offset(stream.stmt, db)
     named = stream.stmt.columns  # the column list, the timestamp the engine puts first included
     if named and len(named) != len(columns):
+        # the user's list names the query's columns: those after a timestamp the engine put first
+        selected = columns[len(named) - len(stmt.columns) :]
         raise StreamValidationError(
-            f"the output column list names {len(stmt.columns)} column(s), the query returns {len(columns)}"
-            f" ({', '.join(c.name for c in columns)})",
+            f"the output column list names {len(stmt.columns)} column(s), the query returns {len(selected)}"
+            f" ({', '.join(c.name for c in selected)})",
             line=stmt.query.pos.line or None,
             column=stmt.query.pos.column or None,
             statement=stmt.text,

@@ -23,7 +23,7 @@ from . import ast
 from .text import expr_text
 from .tokens import Kind
 from .validate import is_aggregate_function
-from .walk import all_expressions, walk
+from .walk import all_expressions, is_interp_query, walk
 
 if TYPE_CHECKING:
     from .parser import Parser
@@ -186,7 +186,7 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
                 "not built yet: PARTITION BY an expression; a stream here groups by tbname or tags",
                 part.pos,
             )
-    if window is None and not is_interp_stream(stmt):
+    if window is None and not is_interp_query(stmt.query):
         _validate_scalar(stmt)
     if query.having is not None and not isinstance(window, ast.IntervalWindow):
         raise _error(stmt, "HAVING is allowed only with INTERVAL in a stream's query", query.having.pos)
@@ -196,7 +196,7 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
         and stmt.trigger not in ("FORCE_WINDOW_CLOSE",)
     ):
         raise _error(stmt, "FILL in a legacy stream needs TRIGGER FORCE_WINDOW_CLOSE")
-    if is_interp_stream(stmt):
+    if is_interp_query(stmt.query):
         _validate_interp(stmt)
     allowed = {"interp"} if query.interp is not None else set()
     if stmt.trigger == "FORCE_WINDOW_CLOSE":
@@ -226,7 +226,7 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
     sliding = window.sliding if isinstance(window, ast.IntervalWindow) else None
     if isinstance(window, ast.IntervalWindow) and sliding is not None and sliding.nanos > window.interval.nanos:
         raise _error(stmt, f"SLIDING {window.sliding} is longer than INTERVAL {window.interval}")
-    interp = is_interp_stream(stmt)
+    interp = is_interp_query(stmt.query)
     if (
         stmt.trigger in ("FORCE_WINDOW_CLOSE", "CONTINUOUS_WINDOW_CLOSE")
         and not isinstance(window, ast.IntervalWindow)
@@ -282,7 +282,7 @@ def needs_tbname_partition(stmt: ast.CreateLegacyStream) -> bool:
     where the table's kind is known), and so do streams without a window (each child
     table's rows are written apart, keyed by their timestamps)."""
     window = stmt.query.window
-    per_table = is_interp_stream(stmt) or stmt.trigger == "FORCE_WINDOW_CLOSE"  # INTERP and FWC too
+    per_table = is_interp_query(stmt.query) or stmt.trigger == "FORCE_WINDOW_CLOSE"  # INTERP and FWC too
     if (
         not per_table
         and window is not None
@@ -290,14 +290,6 @@ def needs_tbname_partition(stmt: ast.CreateLegacyStream) -> bool:
     ):
         return False
     return not any(isinstance(e, ast.Column) and e.name.lower() == "tbname" for e in stmt.query.partition_by)
-
-
-def is_interp_stream(stmt: ast.CreateLegacyStream) -> bool:
-    """``SELECT INTERP(…) … EVERY(d) FILL(…)``: a stream of points in time."""
-    query = stmt.query
-    return query.interp is not None or any(
-        isinstance(node, ast.Func) and node.name == "interp" for item in query.items for node in walk(item.expr)
-    )
 
 
 def _validate_interp(stmt: ast.CreateLegacyStream) -> None:
@@ -330,7 +322,7 @@ def equivalent_stream(
 ) -> ast.CreateStream:
     """The 3.3.7 stream the legacy statement is (see the module docstring). ``column_types``:
     the source's columns and tags by lower-case name, the types of tags TAGS names without one."""
-    if is_interp_stream(stmt):
+    if is_interp_query(stmt.query):
         return _interp_equivalent(stmt, column_types)
     query = stmt.query
     # without a window each row is its own window: COUNT_WINDOW(1) writes it as it arrives

@@ -956,7 +956,7 @@ class _Parser:
         if self.accept_words("PARTITION", "BY"):
             partitions = self.comma_list(self.partition_item)
         partition_by = tuple(expr for expr, _ in partitions)
-        interp = self.interp_clause() if self.peek().is_word("RANGE") or self.peek().is_word("EVERY") else None
+        interp = self.interp_clause() if self.peek().is_word("RANGE", "EVERY") else None
         window = self.query_window()
         group_by: tuple[ast.Expr, ...] = ()
         if self.accept_words("GROUP", "BY"):

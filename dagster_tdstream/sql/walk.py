@@ -118,3 +118,18 @@ def sources(select: ast.Select) -> Iterator[ast.FromSource]:
                 stack += [source.left, source.right]
             elif isinstance(source, ast.TableSource | ast.PlaceholderSource):
                 yield source
+
+
+def interp_calls(select: ast.Select) -> list[ast.Func]:
+    """The INTERP calls of the select list, each once, in order."""
+    calls: list[ast.Func] = []
+    for item in select.items:
+        for node in walk(item.expr):
+            if isinstance(node, ast.Func) and node.name == "interp" and node not in calls:
+                calls.append(node)
+    return calls
+
+
+def is_interp_query(select: ast.Select) -> bool:
+    """INTERP's query (or a legacy INTERP stream's): its clause or an INTERP call."""
+    return select.interp is not None or bool(interp_calls(select))

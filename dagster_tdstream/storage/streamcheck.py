@@ -26,12 +26,8 @@ _PSEUDO_COLUMNS = frozenset(
     {"tbname", "_c0", "_rowts", "_wstart", "_wend", "_wduration", "_qstart", "_qend", "_qduration"}
     | {"_irowts", "_isfilled", "_irowts_origin"}  # INTERP's
 )
-_TIMESTAMP_NAMES = (
-    frozenset({"_tlocaltime", "_tprev_localtime", "_tnext_localtime"})
-    | frozenset(
-        {"_c0", "_rowts", "_wstart", "_wend", "_twstart", "_twend", "_tcurrent_ts", "_tprev_ts", "_tnext_ts", "_irowts"}
-    )
-    | frozenset({"_irowts_origin"})
+_TIMESTAMP_NAMES = frozenset({"_tlocaltime", "_tprev_localtime", "_tnext_localtime", "_irowts_origin"}) | frozenset(
+    {"_c0", "_rowts", "_wstart", "_wend", "_twstart", "_twend", "_tcurrent_ts", "_tprev_ts", "_tnext_ts", "_irowts"}
 )
 _BIGINT_NAMES = frozenset({"_wduration", "_twduration", "_twrownum", "_tgrpid"})
 _STATE_TYPES = ("BOOL", *INTEGER_TYPES, "VARCHAR", "BINARY", "NCHAR")

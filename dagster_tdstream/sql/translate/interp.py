@@ -13,9 +13,9 @@ from .. import ast
 from ..constants import ConstantContext, evaluate
 from ..limits import MAX_FILL_WINDOWS
 from ..timeunits import PRECISIONS
-from ..walk import walk
+from ..walk import interp_calls, walk
 from .functions import NUMERIC
-from .render import Renderer
+from .render import Renderer, replacement_key
 from .scope import (
     OutputColumn,
     Scope,
@@ -27,25 +27,12 @@ from .scope import (
     quote_ident,
 )
 from .sources import data_relation
+from .windows import selected_order
 
 _FILLS = "FILL(NONE | NULL | VALUE, … | PREV | NEXT | NEAR | LINEAR)"
 _NEIGHBOUR_FILLS = ("PREV", "NEXT", "NEAR")
 _UP_TO_HERE = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 _FROM_HERE = "ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING"
-
-
-def interp_calls(select: ast.Select) -> list[ast.Func]:
-    """The INTERP calls of the select list, each once, in order."""
-    calls: list[ast.Func] = []
-    for item in select.items:
-        for node in walk(item.expr):
-            if isinstance(node, ast.Func) and node.name == "interp" and node not in calls:
-                calls.append(node)
-    return calls
-
-
-def is_interp_query(select: ast.Select) -> bool:
-    return select.interp is not None or bool(interp_calls(select))
 
 
 def interp_query(
@@ -134,8 +121,8 @@ def interp_query(
 
     partitions = select.partition_by if stream is None else [ast.Column(name) for name in stream.group_columns]
     render.replaced = {
-        **{_normal(call): Typed(f"__r{i}", kinds[i]) for i, call in enumerate(calls)},
-        **{_normal(e): Typed(f"__p{j}", render.expr(e).kind) for j, e in enumerate(partitions)},
+        **{replacement_key(call): Typed(f"__r{i}", kinds[i]) for i, call in enumerate(calls)},
+        **{replacement_key(e): Typed(f"__p{j}", render.expr(e).kind) for j, e in enumerate(partitions)},
         ast.Column("_irowts"): Typed("__w", "ts"),
         ast.Column("_isfilled"): Typed("NOT __x0", "bool"),
         ast.Column("_irowts_origin"): Typed("__o0", "ts"),
@@ -158,7 +145,11 @@ def interp_query(
             items.append(
                 (typed.sql, f"__c{len(items)}", OutputColumn(output_name(item), typed.kind == "ts", typed.kind))
             )
-        ordering = _ordering(select, render, items, len(keys))
+        ordering = (
+            selected_order(select, items, render, "INTERP")
+            if select.order_by
+            else ", ".join([*(f"__p{j}" for j in range(len(keys))), "__w"])  # each group's points in time order
+        )
     finally:
         render.replaced = {}
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
@@ -268,32 +259,3 @@ def _filled(i: int, mode: str, kind: str, clause: ast.Interp, render: Renderer) 
     if kind == "int":  # an integer column stays integer (the interpolation truncated)
         value = f"CAST({value} AS BIGINT)"
     return value, f"CASE WHEN {exact} THEN __t END", f"(__x{i} OR (__hb{i} AND __ha{i}))"
-
-
-def _ordering(select: ast.Select, render: Renderer, items: list[tuple[str, str, OutputColumn]], keys: int) -> str:
-    """Each group's points in time order, or ORDER BY over the selected columns."""
-    if not select.order_by:
-        return ", ".join([*(f"__p{j}" for j in range(keys)), "__w"])
-    by_name = {column.name.lower(): alias for _, alias, column in items}
-    by_sql = {sql: alias for sql, alias, _ in items}
-    ordering = []
-    for entry in select.order_by:
-        expr = entry.expr
-        if isinstance(expr, ast.Column) and expr.table is None and expr.name.lower() in by_name:
-            target = by_name[expr.name.lower()]
-        elif isinstance(expr, ast.Literal) and expr.kind == "int" and 1 <= int(str(expr.value)) <= len(items):
-            target = items[int(str(expr.value)) - 1][1]
-        else:
-            rendered = render.expr(expr).sql
-            if rendered not in by_sql:
-                raise query_error("ORDER BY beside INTERP names a selected column (name, position or expression)", expr)
-            target = by_sql[rendered]
-        ordering.append(target + (" DESC" if entry.descending else " ASC"))
-    return ", ".join(ordering)
-
-
-def _normal(expr: ast.Expr) -> ast.Expr:
-    """Identifiers are case-insensitive: the key a column is looked up by."""
-    if isinstance(expr, ast.Column):
-        return ast.Column(expr.name.lower(), expr.table.lower() if expr.table else None)
-    return expr

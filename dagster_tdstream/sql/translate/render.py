@@ -16,6 +16,7 @@ from ..tsma import FUNCTION_STATES
 from ..walk import conjuncts
 from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 from .scope import (
+    INTERP_PSEUDO,
     TRIGGER_NAMES,
     WINDOW_PSEUDO,
     Scope,
@@ -25,6 +26,14 @@ from .scope import (
     query_error,
     quote_string,
 )
+
+
+def replacement_key(expr: ast.Expr) -> ast.Expr:
+    """The key ``Renderer.replaced`` holds a node under: identifiers are case-insensitive."""
+    if isinstance(expr, ast.Column):
+        return ast.Column(expr.name.lower(), expr.table.lower() if expr.table else None)
+    return expr
+
 
 SUPPORTED_FUNCTIONS = tuple(sorted((*AGGREGATES, *SCALARS, *TIME_FUNCTIONS, *SERIES_FUNCTIONS, *OTHER)))
 
@@ -93,9 +102,7 @@ class Renderer:
 
     def expr(self, expr: ast.Expr) -> Typed:
         if self.replaced:
-            key = expr
-            if isinstance(expr, ast.Column):  # identifiers are case-insensitive
-                key = ast.Column(expr.name.lower(), expr.table.lower() if expr.table else None)
+            key = replacement_key(expr)
             if key in self.replaced:
                 return self.replaced[key]
         method = getattr(self, "_" + type(expr).__name__.lower(), None)
@@ -123,7 +130,7 @@ class Renderer:
             if self.scope.window is None:
                 raise query_error(f"{expr.name} needs a window clause such as INTERVAL(...)", expr)
             return Typed(self.scope.window_sql[name], "ts" if name != "_wduration" else "int")
-        if name in ("_irowts", "_isfilled", "_irowts_origin") and name not in self.scope.columns:
+        if name in INTERP_PSEUDO and name not in self.scope.columns:
             # (an INTERP stream's output keeps them as column names)
             raise query_error(f"{expr.name} is a pseudo-column of INTERP(…) … RANGE(…) EVERY(…) FILL(…)", expr)
         if name in ("_c0", "_rowts") and self.scope.pk is not None:

@@ -199,6 +199,7 @@ TRIGGER_NAMES: dict[str, tuple[str, str]] = {
 
 
 WINDOW_PSEUDO = ("_wstart", "_wend", "_wduration")
+INTERP_PSEUDO = ("_irowts", "_isfilled", "_irowts_origin")
 
 
 def output_name(item: ast.SelectItem) -> str:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 
 from .. import ast
-from ..walk import walk
+from ..walk import is_interp_query, walk
 from .batch import aggregated_before_join, range_buckets
 from .functions import AGGREGATES, SERIES_FUNCTIONS
-from .interp import interp_query, is_interp_query
+from .interp import interp_query
 from .render import Renderer
 from .scope import (
     TRIGGER_NAMES,

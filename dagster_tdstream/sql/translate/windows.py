@@ -137,11 +137,7 @@ def filled_windows(
         columns.append("g.__p0 AS __tid")
     ordering = ", ".join([*(f"g.{k}" for k in keys), "g.__w"])
     if select.order_by:  # ORDER BY the filled output: by name, position or the selected expression
-        by_sql = {sql: alias for sql, alias, _ in items}
-        ordering = ", ".join(
-            _filled_order(entry, by_sql, render, items) + (" DESC" if entry.descending else " ASC")
-            for entry in select.order_by
-        )
+        ordering = selected_order(select, items, render, "FILL")
     sql = f"WITH __agg AS ({inner}) SELECT {', '.join(columns)} FROM ({grid}) g LEFT JOIN __agg a ON {on} "
     sql += f"ORDER BY {ordering}"
     if select.limit is not None:
@@ -151,19 +147,31 @@ def filled_windows(
     return sql
 
 
-def _filled_order(
-    entry: ast.OrderItem, by_sql: dict[str, str], render: Renderer, items: list[tuple[str, str, OutputColumn]]
+def selected_order(
+    select: ast.Select, items: list[tuple[str, str, OutputColumn]], render: Renderer, beside: str
 ) -> str:
-    expr = entry.expr
+    """ORDER BY over a plan's output columns (FILL's grid, INTERP's points): each entry names a
+    selected column by its name, its position or the same expression; ``beside`` names the
+    clause in the error."""
     by_name = {col.name.lower(): alias for _, alias, col in items}
-    if isinstance(expr, ast.Column) and expr.table is None and expr.name.lower() in by_name:
-        return by_name[expr.name.lower()]
-    if isinstance(expr, ast.Literal) and expr.kind == "int" and 1 <= int(expr.value) <= len(items):  # type: ignore[call-overload]
-        return items[int(expr.value) - 1][1]  # type: ignore[call-overload]
-    rendered = render.expr(expr).sql
-    if rendered in by_sql:
-        return by_sql[rendered]
-    raise query_error("ORDER BY beside FILL names a selected column (by name, position or the same expression)", expr)
+    by_sql = {sql: alias for sql, alias, _ in items}
+    ordering = []
+    for entry in select.order_by:
+        expr = entry.expr
+        if isinstance(expr, ast.Column) and expr.table is None and expr.name.lower() in by_name:
+            target = by_name[expr.name.lower()]
+        elif isinstance(expr, ast.Literal) and expr.kind == "int" and 1 <= int(str(expr.value)) <= len(items):
+            target = items[int(str(expr.value)) - 1][1]
+        else:
+            rendered = render.expr(expr).sql
+            if rendered not in by_sql:
+                raise query_error(
+                    f"ORDER BY beside {beside} names a selected column (by name, position or the same expression)",
+                    expr,
+                )
+            target = by_sql[rendered]
+        ordering.append(target + (" DESC" if entry.descending else " ASC"))
+    return ", ".join(ordering)
 
 
 _ROW_WINDOW_VIEWS = itertools.count()  # view names unique in the process's Spark session
