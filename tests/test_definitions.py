@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from dagster import AssetKey, AssetSpec, BackfillPolicy, Definitions, build_sensor_context
+from dagster import (
+    AssetKey,
+    AssetSpec,
+    BackfillPolicy,
+    DagsterInstance,
+    Definitions,
+    SensorEvaluationContext,
+    SensorResult,
+    build_sensor_context,
+)
+from dagster._core.instance.ref import InstanceRef
 
 from dagster_tdstream import (
     DagsterTDStreamTranslator,
@@ -81,6 +91,53 @@ def test_loading_twice_is_idempotent_and_code_versions_follow_the_sql(tmp_path: 
     assert rebuilt.get(key).code_version == first.get(key).code_version
     slow = AssetKey(["tdstream", "d", "slow_out"])
     assert rebuilt.get(slow).code_version != first.get(slow).code_version
+
+
+def test_sensor_ticks_as_the_daemon_runs_them_share_one_instance_and_one_warehouse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: object
+) -> None:
+    """The daemon hands a tick an instance reference; a tick that opened the instance (Alembic's
+    migration scripts loaded on SQLite storage) or a new catalog engine each time spent half
+    of the code server's CPU with 20 streams on it."""
+    defs = build_definitions(project(tmp_path))
+    repository = defs.get_repository_def()
+    sensor = repository.get_sensor_def("d__fast__trigger")
+    opened: list[object] = []
+    real = DagsterInstance.from_ref
+
+    def counting(ref: InstanceRef) -> DagsterInstance:
+        opened.append(ref)
+        return real(ref)
+
+    monkeypatch.setattr(DagsterInstance, "from_ref", staticmethod(counting))
+    warehouse = defs.resources["tdstream_warehouse"].get()
+    session = Session(warehouse, timezone="UTC")
+    session.execute("use d; create table c1 using st tags (1); insert into c1 values ('2025-01-01 00:00:10', 5)")
+    (tmp_path / "dagster").mkdir()
+    with DagsterInstance.local_temp(str(tmp_path / "dagster")) as instance:
+
+        def tick(cursor: str | None) -> SensorResult:
+            context = SensorEvaluationContext(
+                instance.get_ref(), cursor=cursor, repository_name=repository.name,
+                repository_def=repository, sensor_name=sensor.name,
+            )  # fmt: skip
+            with context:
+                result = sensor.evaluate_tick(context)
+            assert result.cursor is not None
+            return result
+
+        first = tick(None)
+        assert first.skip_message is not None and "no pending" in first.skip_message.lower()
+        session.execute("insert into d.c1 values ('2025-01-01 00:01:10', 7)")  # closes [0:00, 0:01)
+        second = tick(first.cursor)
+        third = tick(second.cursor)
+    # the second tick queued the closed window and asked for its run (no live worker runs)
+    assert len(second.run_requests) == 1 and second.run_requests[0].tags["tdstream/stream"] == "d.fast"
+    assert warehouse.catalog.count_pending("d.fast") == 1
+    assert third.cursor == second.cursor
+    assert len(opened) == 1  # one instance for the three ticks
+    # every copy Dagster makes of the warehouse resource opens the same catalog
+    assert TDStreamWarehouse(uri=warehouse.uri).get() is warehouse
 
 
 def test_translator_customises_keys_groups_and_metadata(tmp_path: Path) -> None:

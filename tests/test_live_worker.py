@@ -62,11 +62,16 @@ def _run_worker(instance_dir: str, resources: dict[str, tuple[type, dict[str, An
     class and field values (Dagster's resource objects do not survive pickling)."""
     if max_triggers is not None:
         worker_module.MAX_WORKER_TRIGGERS = max_triggers
-    job, _ = build_live_worker(DagsterTDStreamTranslator())
+    built = {name: cls(**fields) for name, (cls, fields) in resources.items()}
+    job, _ = build_live_worker(
+        DagsterTDStreamTranslator(),
+        tdstream_warehouse=built["tdstream_warehouse"],
+        tdstream_spark=built["tdstream_spark"],
+    )
     with DagsterInstance.from_ref(InstanceRef.from_dir(instance_dir)) as instance:
         job.execute_in_process(
             instance=instance,
-            resources={name: cls(**fields) for name, (cls, fields) in resources.items()},
+            resources=built,
             run_config={"ops": {WORKER_OP: {"config": {"seconds": 120, "poll_seconds": 0.1}}}},
             tags={LIVE_TAG: WORKER},
             raise_on_error=False,
@@ -78,7 +83,11 @@ class RunningWorker:
 
     def __init__(self, harness: StreamHarness) -> None:
         self.harness = harness
-        _, self.sensor = build_live_worker(DagsterTDStreamTranslator())
+        _, self.sensor = build_live_worker(
+            DagsterTDStreamTranslator(),
+            tdstream_warehouse=harness.resources["tdstream_warehouse"],
+            tdstream_spark=harness.resources["tdstream_spark"],
+        )
         self.process: Any = None
 
     def start(self, max_triggers: int | None = None) -> str:

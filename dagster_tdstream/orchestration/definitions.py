@@ -89,7 +89,12 @@ def stream_definitions(
     partition_grain: str | None = None,
     clock: Callable[[], int] = time.time_ns,
     max_lag_seconds: float = DEFAULT_MAX_LAG_SECONDS,
+    *,
+    tdstream_warehouse: TDStreamWarehouse,
+    tdstream_spark: TDStreamSpark,
 ) -> list[StreamJob]:
+    """Each stream's asset, lag check and sensor or schedule; the sensors use the given
+    resources (the ones the definitions carry)."""
     jobs = []
     for stream in streams:
         spec = translator.get_asset_spec(stream)
@@ -109,8 +114,9 @@ def stream_definitions(
             jobs.append(StreamJob(stream.key, asset, lag_check, notifies, schedule=schedule))
             continue
         sensor = build_trigger_sensor(
-            stream.key, asset, partitions, sensor_name(stream.key), running=running, clock=clock
-        )
+            stream.key, asset, partitions, sensor_name(stream.key), running=running, clock=clock,
+            tdstream_warehouse=tdstream_warehouse, tdstream_spark=tdstream_spark,
+        )  # fmt: skip
         jobs.append(StreamJob(stream.key, asset, lag_check, notifies, sensor=sensor))
     return jobs
 
@@ -127,14 +133,22 @@ def build_definitions(
     if link is not None:
         link.record(warehouse)
     translator = translator or DagsterTDStreamTranslator()
+    warehouse_resource = TDStreamWarehouse(
+        uri=warehouse.uri, metadata_url=project.metadata_url, timezone=project.timezone
+    )
+    spark = TDStreamSpark(master=project.spark_master, warehouse=warehouse.uri, spark_config=dict(project.spark_config))
     jobs = stream_definitions(
         warehouse,
         load_streams(warehouse),
         translator,
         project.partition_grain,
         max_lag_seconds=project.max_lag_seconds,
+        tdstream_warehouse=warehouse_resource,
+        tdstream_spark=spark,
     )
-    worker_job, worker_sensor = build_live_worker(translator, project.partition_grain)
+    worker_job, worker_sensor = build_live_worker(
+        translator, project.partition_grain, tdstream_warehouse=warehouse_resource, tdstream_spark=spark
+    )
     return Definitions(
         assets=[job.asset for job in jobs],
         asset_checks=[job.lag_check for job in jobs],
@@ -143,19 +157,19 @@ def build_definitions(
             *(job.sensor for job in jobs if job.sensor is not None),
             worker_sensor,
             # the outbox's retries, where some stream notifies
-            *([build_notification_sensor()] if any(job.notifies for job in jobs) else []),
+            *(
+                [build_notification_sensor(tdstream_warehouse=warehouse_resource, tdstream_notifier=project.notifier)]
+                if any(job.notifies for job in jobs)
+                else []
+            ),
         ],
         schedules=[job.schedule for job in jobs if job.schedule is not None],
         # a stream's run is one Spark job on the warm server plus its lag check: a step
         # subprocess each would cost seconds of interpreter start and imports for nothing
         executor=in_process_executor,
         resources={
-            "tdstream_warehouse": TDStreamWarehouse(
-                uri=warehouse.uri, metadata_url=project.metadata_url, timezone=project.timezone
-            ),
-            "tdstream_spark": TDStreamSpark(
-                master=project.spark_master, warehouse=warehouse.uri, spark_config=dict(project.spark_config)
-            ),
+            "tdstream_warehouse": warehouse_resource,
+            "tdstream_spark": spark,
             "tdstream_notifier": project.notifier,
         },
     )

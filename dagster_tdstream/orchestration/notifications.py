@@ -75,7 +75,9 @@ def build_notify_hook(stream_key: str) -> HookDefinition:
     return deliver_notifications
 
 
-def build_notification_sensor(minimum_interval_seconds: int = 5) -> SensorDefinition:
+def build_notification_sensor(
+    *, tdstream_warehouse: TDStreamWarehouse, tdstream_notifier: TDStreamNotifier, minimum_interval_seconds: int = 5
+) -> SensorDefinition:
     @sensor(
         name=NOTIFICATION_SENSOR,
         minimum_interval_seconds=minimum_interval_seconds,
@@ -83,9 +85,9 @@ def build_notification_sensor(minimum_interval_seconds: int = 5) -> SensorDefini
         description="Delivers stream notifications left in the outbox (retries with back-off; resumes streams "
         "paused by ON_FAILURE_PAUSE once their notifications are through).",
     )
-    def tdstream_notifications(
-        context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse, tdstream_notifier: TDStreamNotifier
-    ) -> SkipReason:
+    def tdstream_notifications(context: SensorEvaluationContext) -> SkipReason:
+        # the given resources, not resource parameters: those build an instance per tick
+        # (instance.py); delivery needs no instance
         report = tdstream_notifier.deliver(tdstream_warehouse.get())
         if report.errors:
             context.log.warning(report.summary())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -13,7 +15,22 @@ from pydantic import Field, PrivateAttr
 from ..compute.spark import build_spark_session, spark_endpoint
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition
-from ..storage.warehouse import Warehouse
+from ..storage.warehouse import METADATA_ENV, Warehouse, resolve_warehouse_uri
+
+_warehouses_lock = threading.Lock()
+_warehouses: dict[tuple[str, str | None], Warehouse] = {}
+
+
+def open_warehouse(uri: str | None, metadata_url: str | None) -> Warehouse:
+    """One ``Warehouse`` per location and process: Dagster hands every run and tick a fresh
+    copy of a resource, and each would otherwise open its own catalog engine and Delta table
+    handles, and a new catalog engine checks the catalog's schema: a tick paid for both."""
+    key = (resolve_warehouse_uri(uri), metadata_url or os.environ.get(METADATA_ENV))
+    with _warehouses_lock:
+        warehouse = _warehouses.get(key)
+        if warehouse is None:
+            warehouse = _warehouses[key] = Warehouse(uri, metadata_url=metadata_url)
+        return warehouse
 
 
 class TDStreamWarehouse(ConfigurableResource):
@@ -28,7 +45,7 @@ class TDStreamWarehouse(ConfigurableResource):
 
     def get(self) -> Warehouse:
         if self._warehouse is None:
-            self._warehouse = Warehouse(self.uri, metadata_url=self.metadata_url)
+            self._warehouse = open_warehouse(self.uri, self.metadata_url)
         return self._warehouse
 
     def zone(self, stream: StreamDefinition) -> ZoneInfo:

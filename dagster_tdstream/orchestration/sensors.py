@@ -42,6 +42,7 @@ from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerNotBuiltError
 from ..triggers.tick import advance_stream
 from .control import adopt_switch, switched_states
+from .instance import tick_instance
 from .live import is_live, live_request
 from .partitions import DAILY, HOURLY, event_time_bounds, partition_grain, partition_key
 from .resources import TDStreamSpark, TDStreamWarehouse
@@ -91,6 +92,8 @@ def build_trigger_sensor(
     name: str,
     *,
     running: bool,
+    tdstream_warehouse: TDStreamWarehouse,
+    tdstream_spark: TDStreamSpark,
     # the daemon's loop already waits 5 s between passes, and it measures the interval from the
     # end of the last tick: a 5 s minimum would skip every other pass (a 10 s tick period)
     minimum_interval_seconds: int = 1,
@@ -106,11 +109,12 @@ def build_trigger_sensor(
         description=f"Trigger task of TDengine stream {stream_key}: reads its trigger table's WAL and "
         "requests a run when windows fire.",
     )
-    def trigger_sensor(
-        context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse, tdstream_spark: TDStreamSpark
-    ) -> SensorResult | SkipReason:
+    def trigger_sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+        # the code location's own resource objects and the process's instance, not resource
+        # parameters: those make Dagster build an instance per tick (``instance.py``)
         warehouse = tdstream_warehouse.get()
-        stream = runnable_stream(warehouse, stream_key, context.instance, name)
+        instance = tick_instance(context)
+        stream = runnable_stream(warehouse, stream_key, instance, name)
         if isinstance(stream, SkipReason):
             return stream
         cursor = TriggerCursor.load(context.cursor)
@@ -119,11 +123,11 @@ def build_trigger_sensor(
             # stream's checkpointed progress: starting over would fire every window again
             cursor = TriggerCursor(warehouse.catalog.latest_checkpoint_offset(stream.key))
         if cursor.offset is None and stream.fills_history and stream.trigger_table is not None:
-            cursor, waiting = _history(context, warehouse, stream, cursor, partitions)
+            cursor, waiting = _history(instance, warehouse, stream, cursor, partitions)
             if waiting is not None:
                 return waiting
         if is_live(stream):
-            return _keep_live(context, warehouse, stream, asset, partitions, tdstream_spark, cursor, clock)
+            return _keep_live(instance, warehouse, stream, asset, partitions, tdstream_spark, cursor, clock)
         deadline = time.monotonic() + time_budget_seconds
         offset = cursor.offset
         try:
@@ -138,7 +142,7 @@ def build_trigger_sensor(
         tick_succeeded(warehouse, stream)
         new_cursor = TriggerCursor(offset).dump()
         backfills = recalculation_backfills(warehouse, stream, asset, partitions)
-        answer = pending_runs(context.instance, warehouse, stream, partitions)
+        answer = pending_runs(instance, warehouse, stream, partitions)
         down = _spark_down(tdstream_spark) if not isinstance(answer, SkipReason) or backfills else None
         if down is not None:
             answer, backfills = down, []
@@ -152,7 +156,7 @@ def build_trigger_sensor(
 
 
 def _keep_live(
-    context: SensorEvaluationContext,
+    instance: DagsterInstance,
     warehouse: Warehouse,
     stream: StreamDefinition,
     asset: AssetsDefinition,
@@ -167,7 +171,7 @@ def _keep_live(
     now = clock() // PRECISIONS[stream.precision]
     # the lag check runs on its own schedule, not at the end of an hour-long run
     answer = live_request(
-        context.instance,
+        instance,
         stream.key,
         _partition_range(partitions, stream.precision, now, now),
         asset_selection=[next(iter(asset.keys))],
@@ -331,7 +335,7 @@ def _failed_runs(instance: DagsterInstance, stream_key: str, batch: str) -> list
 
 
 def _history(
-    context: SensorEvaluationContext,
+    instance: DagsterInstance,
     warehouse: Warehouse,
     stream: StreamDefinition,
     cursor: TriggerCursor,
@@ -349,14 +353,14 @@ def _history(
     if warehouse.catalog.load_checkpoint(stream.key, history) is not None:
         return TriggerCursor(history), None  # the history run finished: continue incrementally
     waiting = TriggerCursor(None, history).dump()
-    active = _active_runs(context.instance, stream.key)
+    active = _active_runs(instance, stream.key)
     if active:
         return cursor, SensorResult(
             skip_reason=SkipReason(f"history of {stream.key} is being computed by run {active[0].run_id}"),
             cursor=waiting,
         )
     batch = f"history-{history}"
-    failed = _failed_runs(context.instance, stream.key, batch)
+    failed = _failed_runs(instance, stream.key, batch)
     if len(failed) >= MAX_ATTEMPTS:
         return cursor, SensorResult(
             skip_reason=SkipReason(

@@ -53,6 +53,7 @@ from ..names import sensor_name
 from ..storage.registry import StreamDefinition, load_stream, load_streams
 from ..storage.warehouse import Warehouse
 from .control import switched_states
+from .instance import tick_instance
 from .live import LIVE_RUN_SECONDS, POLL_SECONDS, active_live_run, compute_batch, is_live, live_request
 from .notifications import TDStreamNotifier
 from .partitions import partitions_for
@@ -206,7 +207,11 @@ def _served(
 
 
 def build_live_worker(
-    translator: DagsterTDStreamTranslator, partition_grain: str | None = None
+    translator: DagsterTDStreamTranslator,
+    partition_grain: str | None = None,
+    *,
+    tdstream_warehouse: TDStreamWarehouse,
+    tdstream_spark: TDStreamSpark,
 ) -> tuple[JobDefinition, SensorDefinition]:
     """The worker's job and the sensor that keeps one run of it going."""
 
@@ -246,10 +251,9 @@ def build_live_worker(
         default_status=DefaultSensorStatus.RUNNING,
         description="Keeps one run of the live worker going while some data-triggered stream exists.",
     )
-    def keeper(
-        context: SensorEvaluationContext, tdstream_warehouse: TDStreamWarehouse, tdstream_spark: TDStreamSpark
-    ) -> RunRequest | SkipReason:
-        return keep_worker(context.instance, tdstream_warehouse.get(), tdstream_spark.endpoint)
+    def keeper(context: SensorEvaluationContext) -> RunRequest | SkipReason:
+        # the given resources and the process's instance, as the trigger sensors (instance.py)
+        return keep_worker(tick_instance(context), tdstream_warehouse.get(), tdstream_spark.endpoint)
 
     return worker_job, keeper
 

@@ -100,7 +100,10 @@ class StreamHarness:
             "tdstream_notifier": notifier or TDStreamNotifier(),
         }
         self.cursors: dict[str, str | None] = {}
-        self._notification_sensor = build_notification_sensor()
+        self._notification_sensor = build_notification_sensor(
+            tdstream_warehouse=self.resources["tdstream_warehouse"],
+            tdstream_notifier=self.resources["tdstream_notifier"],
+        )
         self.schedule_marks: dict[str, float] = {}  # schedule → processing time (s) last looked at
         self.periodic: set[AssetKey] = set()  # the assets of PERIOD streams, as of the last round
 
@@ -115,7 +118,14 @@ class StreamHarness:
     def _definitions(self) -> list[StreamJob]:
         # rebuilt every round: streams created or dropped meanwhile appear or go, as on a reload
         streams = load_streams(self.warehouse)
-        jobs = stream_definitions(self.warehouse, streams, self.translator, clock=self.clock)
+        jobs = stream_definitions(
+            self.warehouse,
+            streams,
+            self.translator,
+            clock=self.clock,
+            tdstream_warehouse=self.resources["tdstream_warehouse"],
+            tdstream_spark=self.resources["tdstream_spark"],
+        )
         periodic = {s.key for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)}
         self.periodic = {job.asset.key for job in jobs if job.stream_key in periodic}
         return jobs
