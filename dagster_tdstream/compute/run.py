@@ -46,6 +46,7 @@ from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows
 from .output import Group, group_of, write_results
 from .query import run_query
+from .shared_rows import SharedRows
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,11 @@ def compute_triggers(
     timezone: ZoneInfo,
     replace_range: tuple[int, int] | None = None,
     clock: Callable[[], int] = time.time_ns,
+    shared: SharedRows | None = None,
 ) -> RunOutcome:
     """Evaluate ``triggers`` (queue rows) with the stream's query and write the results
-    (unless the stream only notifies: no query, or CALC_NOTIFY_ONLY)."""
+    (unless the stream only notifies: no query, or CALC_NOTIFY_ONLY). ``shared``: a read of
+    the trigger table's rows other batches use too; taken when it covers the batch's span."""
     query = stream.stmt.query
     if query is None:  # a notify-only stream: the events are all there is
         return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
@@ -100,10 +103,13 @@ def compute_triggers(
             # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
             trigger_source = _period_rows(spark, views, warehouse, stream, computable)
         trows_view = None
-        span = _window_span(computable) if not isinstance(trigger, PeriodTrigger | SlidingPointTrigger) else None
-        if trigger_source is not None and span is not None:
-            # the batch's rows from the few files its windows span
-            trows_view = views.table_range(stream.trigger_table, *span)  # type: ignore[arg-type]
+        span = window_span(computable) if not isinstance(trigger, PeriodTrigger | SlidingPointTrigger) else None
+        table = stream.trigger_table
+        if trigger_source is not None and span is not None and table is not None:
+            if shared is not None and shared.covers(table, *span):
+                trows_view = views.register(shared.rows(*span), "range")
+            else:  # the batch's rows from the few files its windows span
+                trows_view = views.table_range(table, *span)
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
             # recalculated INTERVAL windows carry no row count: count them at computation time
             counted = trows_view or trigger_source.view
@@ -279,7 +285,7 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     return translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope)).columns
 
 
-def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+def window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
     """The event-time span the batch's windows cover, both ends included (an INTERVAL
     window's end is exclusive, a row window's inclusive: the span holds both)."""
     if not triggers or any(t["wstart"] is None or t["wend"] is None for t in triggers):

@@ -39,6 +39,7 @@ from dagster import (
 )
 
 from ..compute.run import compute_triggers
+from ..compute.shared_rows import SharedRows
 from ..names import sensor_name
 from ..notify.events import notification_events
 from ..storage.registry import StreamDefinition, load_stream
@@ -191,12 +192,13 @@ def compute_batch(
     *,
     offsets: str,
     tick_seconds: float | None = None,
+    shared: SharedRows | None = None,
 ) -> int:
     """Compute pending triggers on the warm session, finish them with their outbox rows in one
     catalog transaction, deliver the notifications at once and record each computed window's
     partition as a materialization of the stream's asset; returns the windows computed."""
     started = time.perf_counter()
-    outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone)
+    outcome = compute_triggers(spark, warehouse, stream, pending, timezone=zone, shared=shared)
     events = notification_events(stream, pending, outcome.results, history=False, source="q")
     warehouse.catalog.finish_triggers([int(t["id"]) for t in pending], context.run.run_id, events)
     computed = time.perf_counter()

@@ -48,6 +48,8 @@ from dagster import (
     sensor,
 )
 
+from ..compute.run import window_span
+from ..compute.shared_rows import share_rows
 from ..errors import SparkUnavailableError, TDStreamError
 from ..names import sensor_name
 from ..storage.registry import StreamDefinition, load_stream, load_streams
@@ -153,39 +155,59 @@ def serve(
         view.refresh()
         if view.ending:
             break
+        batches = _round(warehouse, view)
+        shared = share_rows(spark, warehouse, [(s.key, s.trigger_table, span) for s, _, span in batches if span])
         computed = 0
-        for key in warehouse.catalog.pending_streams():
-            if key in view.busy or view.switched.get(sensor_name(key)) == "Stopped":
-                continue
-            try:
-                stream = load_stream(warehouse, key)
-            except TDStreamError:  # dropped meanwhile: its triggers go with it
-                continue
-            if not serves(stream):
-                continue
-            pending = warehouse.catalog.pending_triggers(key)
-            if not pending or not is_small(len(pending)):
-                continue
-            served = _served(known, warehouse, stream, translator, partition_grain)
-            try:
-                windows += compute_batch(
-                    context, spark, warehouse, stream, pending, zone(stream), notifier, served.asset_key,
-                    served.partitions, offsets=f"{pending[0]['offset']}..{pending[-1]['offset']}",
-                )  # fmt: skip
-            except SparkUnavailableError:
-                raise  # every stream would fail the same way: the run fails, the sensors take over
-            except Exception as exc:
-                # the stream says Failed with the reason (SHOW STREAMS, the UI's sensor) and its
-                # sensor retries the batch as a run of its own; the other streams go on
-                context.log.error(f"stream {key}: computing {len(pending)} trigger(s) failed: {exc}")
-                warehouse.catalog.set_stream_error(key, f"run {context.run.run_id} failed: {exc}")
-                continue
-            computed += 1
+        try:
+            for stream, pending, _ in batches:
+                served = _served(known, warehouse, stream, translator, partition_grain)
+                try:
+                    windows += compute_batch(
+                        context, spark, warehouse, stream, pending, zone(stream), notifier, served.asset_key,
+                        served.partitions, offsets=f"{pending[0]['offset']}..{pending[-1]['offset']}",
+                        shared=shared.get(stream.key),
+                    )  # fmt: skip
+                except SparkUnavailableError:
+                    raise  # every stream would fail the same way: the run fails, the sensors take over
+                except Exception as exc:
+                    # the stream says Failed with the reason (SHOW STREAMS, the UI's sensor) and
+                    # its sensor retries the batch as a run of its own; the other streams go on
+                    context.log.error(f"stream {stream.key}: computing {len(pending)} trigger(s) failed: {exc}")
+                    warehouse.catalog.set_stream_error(stream.key, f"run {context.run.run_id} failed: {exc}")
+                    continue
+                computed += 1
+        finally:
+            for rows in {id(rows): rows for rows in shared.values()}.values():
+                rows.release()
         if not computed:
             if until_idle:
                 break
             time.sleep(poll_seconds)
     return windows
+
+
+def _round(
+    warehouse: Warehouse, view: _View
+) -> list[tuple[StreamDefinition, list[dict[str, Any]], tuple[int, int] | None]]:
+    """The batches of one round: each served stream with small pending batch, its triggers
+    and the event-time span of their windows (streams on one trigger table share its read)."""
+    batches = []
+    for key in warehouse.catalog.pending_streams():
+        if key in view.busy or view.switched.get(sensor_name(key)) == "Stopped":
+            continue
+        try:
+            stream = load_stream(warehouse, key)
+        except TDStreamError:  # dropped meanwhile: its triggers go with it
+            continue
+        if not serves(stream):
+            continue
+        pending = warehouse.catalog.pending_triggers(key)
+        if not pending or not is_small(len(pending)):
+            continue
+        windowed = [t for t in pending if t["wstart"] is not None and t["wend"] is not None]
+        span = window_span(windowed) if stream.trigger_table is not None else None
+        batches.append((stream, pending, span))
+    return batches
 
 
 def _served(
