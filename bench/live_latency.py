@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--window", default="5s")
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to feed")
     parser.add_argument("--low-latency", action="store_true")
+    parser.add_argument("--notify", action="store_true", help="streams notify a local WebSocket on WINDOW_CLOSE")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
     window_ms = int(args.window.rstrip("s")) * 1000
@@ -74,6 +75,9 @@ def main() -> None:
     warehouse = Warehouse(str(warehouse_dir))
     session = Session(warehouse, timezone="UTC")
     options = " stream_options(low_latency_calc)" if args.low_latency else ""
+    notified: dict[tuple[int, int], float] = {}  # (stream, window start) → its last group's event arrived
+    if args.notify:
+        options += f" notify('ws://127.0.0.1:{listen(notified)}/bench') on (window_close)"
     ddl = ["create database lat; use lat; create stable m (ts timestamp, v int) tags (g int);"]
     ddl += [f"create table c{g} using m tags ({g});" for g in range(args.groups)]
     ddl += [
@@ -183,16 +187,26 @@ def main() -> None:
             os.killpg(daemon.pid, signal.SIGKILL)
         daemon_log.close()
 
-    latencies, missing = [], 0
+    latencies, missing, by_start = [], 0, []
     for start, closed in sorted(closes.items()):
         if start < first_full[0] or start + window_ms > int(max(closes.values()) * 1000) - window_ms:
             continue
         for i in range(args.streams):
             if (i, start) in seen:
                 latencies.append(seen[(i, start)] - closed)
+                by_start.append(latencies[-1])
             else:
                 missing += 1
+    # streams falling behind show as the second half of the run slower than the first
+    halves = [by_start[: len(by_start) // 2], by_start[len(by_start) // 2 :]]
     split = run_split(home)
+    if args.notify:
+        # the event of a window's last group against the watcher seeing that window whole (the
+        # watcher polls every 100 ms, so a notification may arrive before it looks: negative)
+        after = [notified[key] - seen[key] for key in notified if key in seen and key[1] >= first_full[0]]
+        split["notified_after_visible_s"] = round(statistics.median(after), 2) if after else None
+        split["notified_after_visible_p95_s"] = round(percentile(after, 0.95), 2) if after else None
+        split["notifications"] = len(after)
     split.update(trigger_split(warehouse, closes, seen, first_full[0]))
     result = {
         "date": time.strftime("%Y-%m-%d"),
@@ -208,6 +222,8 @@ def main() -> None:
         "p50_s": round(statistics.median(latencies), 2) if latencies else None,
         "p95_s": round(percentile(latencies, 0.95), 2) if latencies else None,
         "max_s": round(max(latencies), 2) if latencies else None,
+        "p95_first_half_s": round(percentile(halves[0], 0.95), 2) if halves[0] else None,
+        "p95_second_half_s": round(percentile(halves[1], 0.95), 2) if halves[1] else None,
         "split": split,
     }
     print(json.dumps(result, indent=2))
@@ -221,6 +237,29 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     else:
         print(f"kept {scratch}")
+
+
+def listen(notified: dict[tuple[int, int], float]) -> int:
+    """A WebSocket server on a free loopback port recording when each (stream, window start)'s
+    WINDOW_CLOSE events arrive; returns the port."""
+    import socket
+
+    from websockets.sync.server import ServerConnection, serve
+
+    def handle(connection: ServerConnection) -> None:
+        for message in connection:
+            arrived = time.time()
+            for entry in json.loads(message)["streams"]:
+                stream = int(entry["streamName"].rsplit("s", 1)[1])  # "s3" or "lat.s3"
+                for event in entry["events"]:
+                    notified[(stream, int(event["windowStart"]))] = arrived
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    server = serve(handle, "127.0.0.1", port)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return port
 
 
 def wait_for_live_runs(home: Path, count: int, seconds: float = 120.0) -> None:
