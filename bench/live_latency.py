@@ -133,7 +133,9 @@ def main() -> None:
     def watch() -> None:
         # an output is read again only when its Delta version moved: reading 20 tables every
         # 100 ms took a third of a core from the system measured
-        while not stop.is_set() or len(seen) < expected_count():
+        # drain until every measured window is seen (windows before the first whole one are
+        # seen too but not counted: counting them ended the drain with windows still to come)
+        while not stop.is_set() or sum(1 for _, start in seen if start >= first_full[0]) < expected_count():
             for i in range(args.streams):
                 table = outputs.get(i) or warehouse.catalog.get_table("lat", f"out{i}")
                 if table is None:
