@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from dagster_tdstream.compute.spark import build_spark_session
+from dagster_tdstream.testing.conformance import SYNTAX_TEST_TABLES
 from dagster_tdstream.testing.fuzz import FuzzReport, run_fuzz
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def main() -> int:
         seed=args.seed,
         spark=build_spark_session(),
         corpus_files=(corpus / "create_stream_statements.txt", corpus / "invalid_statements.txt"),
-        setup_files=(ROOT / "tests" / "data" / "invalid_statements_setup.sql",),
+        setup_files=(SYNTAX_TEST_TABLES,),
         progress=progress,
     )
     print(

@@ -3,13 +3,10 @@ writes anything when rejected (``bench/fuzz.py`` runs 10,000)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from dagster_tdstream.testing.conformance import SYNTAX_TEST_TABLES
 from dagster_tdstream.testing.fuzz import run_fuzz
 
 from .conftest import CONFORMANCE
-
-SETUP = Path(__file__).resolve().parent / "data" / "invalid_statements_setup.sql"
 
 
 def test_mutated_statements_get_errors_and_change_nothing_when_rejected(spark: object) -> None:
@@ -18,7 +15,7 @@ def test_mutated_statements_get_errors_and_change_nothing_when_rejected(spark: o
         seed=20261125,
         spark=spark,
         corpus_files=(CONFORMANCE / "create_stream_statements.txt", CONFORMANCE / "invalid_statements.txt"),
-        setup_files=(SETUP,),
+        setup_files=(SYNTAX_TEST_TABLES,),
         hang_seconds=120,
     )
     assert report.defects == []

@@ -11,10 +11,11 @@ from dagster_tdstream import Session, StreamValidationError, TDStreamError
 from dagster_tdstream.cli.main import main
 from dagster_tdstream.sql.parser import parse_statement
 from dagster_tdstream.sql.validate import validate_create_stream
+from dagster_tdstream.testing.conformance import SYNTAX_TEST_TABLES
 
 from .conftest import CONFORMANCE
 
-SETUP = Path(__file__).parent / "data" / "invalid_statements_setup.sql"
+SETUP = SYNTAX_TEST_TABLES
 
 
 def _lines(name: str) -> list[str]:
@@ -189,3 +190,24 @@ def test_table_operations_a_stream_forbids(sql_session: Session) -> None:
         sql_session.execute("drop database src")
     assert sql_session.warehouse.catalog.get_database("src") is not None  # rejected: nothing dropped
     assert sql_session.execute("drop database src force")[0].message == "Drop OK"
+
+
+def test_conformance_checks_an_invalid_statement_file_against_the_syntax_tests_tables(tmp_path: Path) -> None:
+    """``tdstream conformance`` over a corpus directory: lines TDengine rejects only by its
+    catalog (a SESSION over a column that is not the primary key) count as rejected."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "invalid_statements.txt").write_text((CONFORMANCE / "invalid_statements.txt").read_text())
+    result = CliRunner().invoke(main, ["conformance", str(corpus)])
+    assert result.output.strip().splitlines()[-1] == "1 passed, 0 failed", result.output
+    # a statement valid against those tables is reported as accepted, by its line
+    valid = "create stream create_stream_db.ok session(col1, 10s) from create_stream_db.trigger_table "
+    valid += "into create_stream_db.out_ok as select _twstart, count(*) from %%trows"
+    (corpus / "invalid_statements.txt").write_text(
+        "CREATE STREAM create_stream_db.inv2 SESSION(col2, 10s) FROM create_stream_db.trigger_table "
+        "INTO create_stream_db.o AS SELECT _twstart, count(*) from %%trows;\n" + valid + "\n"
+    )
+    result = CliRunner().invoke(main, ["conformance", str(corpus)])
+    assert result.exit_code == 1
+    assert "FAIL statements:invalid_statements.txt" in result.output
+    assert "1 of 2 line(s) accepted: lines 2" in result.output

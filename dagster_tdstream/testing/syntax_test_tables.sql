@@ -1,6 +1,7 @@
 -- Tables of TDengine's own stream syntax tests (test/cases/13-StreamProcessing), rebuilt from
--- the schemas those tests create, so that the conformance corpus's invalid statements can be
--- checked against the catalog as TDengine checks them.
+-- the schemas those tests create: the conformance runner checks an invalid-statements file
+-- that has no setup of its own against them, as TDengine checks those statements against its
+-- catalog (a SESSION over a column that is not the primary key, a query table's columns).
 create database create_stream_db;
 use create_stream_db;
 create table trigger_table (col1 timestamp, col2 int, col3 int, col4 int, col5 int, col6 int);
