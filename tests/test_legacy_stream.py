@@ -12,6 +12,7 @@ from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.legacy_stream import equivalent_stream
 from dagster_tdstream.sql.parser import parse_statement
+from dagster_tdstream.storage.registry import load_streams
 
 from .conftest import assert_rejected, output
 
@@ -266,3 +267,43 @@ def test_interp_at_force_window_close_writes_every_tables_point_at_each_tick(ses
     assert clock.run_until_idle().failures == []
     rows = output(session, "select tbname, _irowts, v from clock_out")
     assert sorted((ts - now_ms, v) for _, ts, v in rows) == [(1000, 7), (1000, 9), (2000, 8), (2000, 9)]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("window", "what"),
+    [
+        ("count_window(2)", "COUNT_WINDOW"),
+        ("state_window(b)", "STATE_WINDOW"),
+        ("event_window start with b > 1 end with b < 1", "EVENT_WINDOW"),
+    ],
+)
+def test_row_windows_over_a_composite_primary_key_are_refused(sql_session: Session, window: str, what: str) -> None:
+    sql_session.execute(
+        "create database ck; use ck;"
+        "create stable st (ts timestamp, a int primary key, b int) tags (ta int);"
+        "create table t1 using st tags (1);"
+    )
+    assert_rejected(
+        sql_session,
+        "create stream s trigger at_once ignore expired 1 watermark 10s into out"
+        f" as select _wstart, count(*) c from st partition by tbname {window}",
+        f"{what} is not supported over st: its composite primary key (ts, a) allows several rows per timestamp",
+    )
+
+
+def test_over_a_composite_primary_key_intervals_and_rows_with_their_key_are_accepted(sql_session: Session) -> None:
+    sql_session.execute(
+        "create database ck; use ck;"
+        "create stable st (ts timestamp, a int primary key, b int) tags (ta int);"
+        "create table t1 using st tags (1);"
+    )
+    sql_session.execute(
+        "create stream s into out as select _wstart, count(*) c from st partition by tbname interval(10s);"
+        "create stream r trigger at_once into rows_out as select ts, a, b from t1"
+    )
+    assert sorted(stream.key for stream in load_streams(sql_session.warehouse)) == ["ck.r", "ck.s"]
+    # a stream without a window keeps the key's second column right after the timestamp
+    with pytest.raises(TDStreamError, match="over t1 must select its composite primary key column a second") as info:
+        sql_session.execute("create stream r2 trigger at_once into rows_out2 as select ts, 1 one, b from t1")
+    assert (info.value.line, info.value.column) == (1, 52)  # the query
+    assert len(load_streams(sql_session.warehouse)) == 2
