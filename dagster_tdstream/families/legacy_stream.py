@@ -43,24 +43,20 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
         # the legacy streams' documented rule: no STATE, EVENT or COUNT window over a source
         # whose primary key is composite
         what = type(window).__name__.replace("Window", "_WINDOW").upper()
-        raise StreamValidationError(
+        raise _at_query(
+            stmt,
             f"{what} is not supported over {table.name}: its composite primary key ({table.primary_key}, {key})"
             " allows several rows per timestamp",
-            line=stmt.query.pos.line or None,
-            column=stmt.query.pos.column or None,
-            statement=stmt.text,
         )
     second = stmt.query.items[1].expr if len(stmt.query.items) > 1 else None
     selects_key = isinstance(second, ast.Column) and key is not None and second.name.lower() == key.lower()
     if key is not None and window is None and not is_interp_query(stmt.query) and not selects_key:
         # each row is its own window here, and the source's rows are told apart by the key's
         # second column: TDengine's tests accept `ts, a, b` and refuse `ts, 1, b` over (ts, a)
-        raise StreamValidationError(
+        raise _at_query(
+            stmt,
             f"a stream without a window over {table.name} must select its composite primary key column"
             f" {key} second, after the timestamp",
-            line=stmt.query.pos.line or None,
-            column=stmt.query.pos.column or None,
-            statement=stmt.text,
         )
     if table.kind == "super" and needs_tbname_partition(stmt):
         what = type(window).__name__.replace("Window", "_WINDOW").upper() if window else "a stream without a window"
@@ -68,12 +64,10 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             what = "an INTERP stream"
         elif stmt.trigger == "FORCE_WINDOW_CLOSE":
             what = "TRIGGER FORCE_WINDOW_CLOSE"
-        raise StreamValidationError(
+        raise _at_query(
+            stmt,
             f"{what} over the super table {table.name} needs"
             " PARTITION BY tbname (each child table's rows are windowed apart)",
-            line=stmt.query.pos.line or None,
-            column=stmt.query.pos.column or None,
-            statement=stmt.text,
         )
     info = StreamInfo(db, name, stmt.text, "Running", 0, 0, session.timezone.key)
     stream, columns = checked_stream(session, info)
@@ -82,23 +76,19 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     if named and len(named) != len(columns):
         # the user's list names the query's columns: those after a timestamp the engine put first
         selected = columns[len(named) - len(stmt.columns) :]
-        raise StreamValidationError(
+        raise _at_query(
+            stmt,
             f"the output column list names {len(stmt.columns)} column(s), the query returns {len(selected)}"
             f" ({', '.join(c.name for c in selected)})",
-            line=stmt.query.pos.line or None,
-            column=stmt.query.pos.column or None,
-            statement=stmt.text,
         )
     names = [name.lower() for name in named] or [column.name.lower() for column in columns]
     tags = [tag.name.lower() for tag in stmt.tags]
     repeated = sorted({name for name in names if names.count(name) > 1} | (set(names) & set(tags)))
     if repeated:
-        raise StreamValidationError(
+        raise _at_query(
+            stmt,
             f"duplicate output column name {repeated[0]!r} (output columns: {', '.join(names)};"
             f" tags: {', '.join(tags) or 'group_id'})",
-            line=stmt.query.pos.line or None,
-            column=stmt.query.pos.column or None,
-            statement=stmt.text,
         )
     # the legacy engine creates the output super table with the stream, so it can be
     # queried (empty) before the first window
@@ -110,6 +100,13 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             statement=stmt.text,
         )
     return register_with_output(session, stream, columns, start_offset)
+
+
+def _at_query(stmt: ast.CreateLegacyStream, message: str) -> StreamValidationError:
+    """A refusal of the stream, placed at its query (where the legacy syntax puts the window)."""
+    return StreamValidationError(
+        message, line=stmt.query.pos.line or None, column=stmt.query.pos.column or None, statement=stmt.text
+    )
 
 
 def create_snode(stmt: ast.CreateSnode) -> Result:
