@@ -6,7 +6,7 @@ from __future__ import annotations
 from zoneinfo import ZoneInfo
 
 from dagster_tdstream import Session, StreamHarness
-from dagster_tdstream.compute.run import compute_triggers, window_span
+from dagster_tdstream.compute.run import compute_triggers, rows_span
 from dagster_tdstream.compute.shared_rows import share_rows
 from dagster_tdstream.storage.registry import load_stream
 
@@ -36,7 +36,7 @@ def test_streams_on_one_table_share_a_read_and_compute_what_they_would_alone(
     pending = {s.key: warehouse.catalog.pending_triggers(s.key) for s in streams}
     # s3's batch holds only its oldest window
     pending["d.s3"] = [t for t in pending["d.s3"] if t["wstart"] == T]
-    spans = {key: window_span(triggers) for key, triggers in pending.items()}
+    spans = {s.key: rows_span(s, pending[s.key]) for s in streams}
     assert spans == {"d.s1": (T, T + 40000), "d.s2": (T, T + 40000), "d.s3": (T, T + 10000)}
     shared = share_rows(
         harness.resources["tdstream_spark"].spark_session,

@@ -103,7 +103,7 @@ def compute_triggers(
             # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
             trigger_source = _period_rows(spark, views, warehouse, stream, computable)
         trows_view = None
-        span = window_span(computable) if not isinstance(trigger, PeriodTrigger | SlidingPointTrigger) else None
+        span = rows_span(stream, computable)
         table = stream.trigger_table
         if trigger_source is not None and span is not None and table is not None:
             if shared is not None and shared.covers(table, *span):
@@ -285,7 +285,15 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     return translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope)).columns
 
 
-def window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+def rows_span(stream: StreamDefinition, triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+    """The event-time span of the trigger table's rows a batch's ``%%trows`` reads: its
+    windows' span; None for PERIOD ticks and SLIDING points, whose rows are not a window's."""
+    if isinstance(stream_trigger(stream), PeriodTrigger | SlidingPointTrigger):
+        return None
+    return _window_span(triggers)
+
+
+def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
     """The event-time span the batch's windows cover, both ends included (an INTERVAL
     window's end is exclusive, a row window's inclusive: the span holds both)."""
     if not triggers or any(t["wstart"] is None or t["wend"] is None for t in triggers):

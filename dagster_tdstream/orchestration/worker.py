@@ -48,7 +48,7 @@ from dagster import (
     sensor,
 )
 
-from ..compute.run import window_span
+from ..compute.run import rows_span
 from ..compute.shared_rows import share_rows
 from ..errors import SparkUnavailableError, TDStreamError
 from ..names import sensor_name
@@ -156,7 +156,8 @@ def serve(
         if view.ending:
             break
         batches = _round(warehouse, view)
-        shared = share_rows(spark, warehouse, [(s.key, s.trigger_table, span) for s, _, span in batches if span])
+        reads = [(s.key, s.trigger_table, span) for s, _, span in batches if span and s.trigger_table is not None]
+        shared = share_rows(spark, warehouse, reads)
         computed = 0
         try:
             for stream, pending, _ in batches:
@@ -189,8 +190,8 @@ def serve(
 def _round(
     warehouse: Warehouse, view: _View
 ) -> list[tuple[StreamDefinition, list[dict[str, Any]], tuple[int, int] | None]]:
-    """The batches of one round: each served stream with small pending batch, its triggers
-    and the event-time span of their windows (streams on one trigger table share its read)."""
+    """The batches of one round: each served stream with a small pending batch, its triggers
+    and the span of rows they read (streams on one trigger table share that read)."""
     batches = []
     for key in warehouse.catalog.pending_streams():
         if key in view.busy or view.switched.get(sensor_name(key)) == "Stopped":
@@ -204,9 +205,7 @@ def _round(
         pending = warehouse.catalog.pending_triggers(key)
         if not pending or not is_small(len(pending)):
             continue
-        windowed = [t for t in pending if t["wstart"] is not None and t["wend"] is not None]
-        span = window_span(windowed) if stream.trigger_table is not None else None
-        batches.append((stream, pending, span))
+        batches.append((stream, pending, rows_span(stream, pending)))
     return batches
 
 

@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -55,8 +56,14 @@ def group_identity(warehouse: Warehouse, stream: StreamDefinition, values: list[
     return group_identities(warehouse, stream, [values])[0]
 
 
-def group_identities(warehouse: Warehouse, stream: StreamDefinition, groups: list[list[Any]]) -> list[int]:
-    """``group_identity`` of many groups, the child tables looked up in one catalog read."""
+def group_identities(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    groups: list[list[Any]],
+    find: Callable[[str], TableInfo | None] | None = None,
+) -> list[int]:
+    """``group_identity`` of many groups, the child tables looked up in one catalog read
+    (``find``: where one group's child table is looked up, a tick's own lookups)."""
     table = stream.trigger_table
     if "tbname" not in stream.group_columns or table is None:
         return [group_hash(values) for values in groups]
@@ -64,7 +71,7 @@ def group_identities(warehouse: Warehouse, stream: StreamDefinition, groups: lis
     if table.kind != "super":
         return [table.uid for _ in groups]
     if len(groups) == 1:
-        found = warehouse.find_table(table.db, groups[0][position])
+        found = (find or partial(warehouse.find_table, table.db))(groups[0][position])
         uids = {found.name: found.uid} if found is not None else {}
     else:
         uids = {child.name: child.uid for child in warehouse.catalog.child_tables(table.db, table.name)}
@@ -319,11 +326,7 @@ class _GroupedRows:
 
     def identity(self, group_values: list[Any]) -> int:
         """``group_identity``, the child table taken from this feed's lookups."""
-        columns = self.stream.group_columns
-        if "tbname" not in columns or self.table.kind != "super":
-            return group_identity(self.warehouse, self.stream, group_values)  # no lookup needed
-        found = self._table_of(group_values[columns.index("tbname")])
-        return found.uid if found is not None else group_hash(group_values)
+        return group_identities(self.warehouse, self.stream, [group_values], find=self._table_of)[0]
 
     def _values(self, record: dict[str, Any], tbname: str) -> dict[str, Any]:
         source = self._table_of(tbname)
