@@ -33,6 +33,7 @@ from .errors import (
 )
 from .families import continuous_query, legacy_stream, tsma, tsma_query
 from .families.client_options import ClientOptions
+from .families.insert import execute_insert, typed_value
 from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
@@ -47,8 +48,8 @@ from .storage.catalog import StreamInfo, TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
 from .storage.system import SYSTEM_DB, stream_progress
-from .storage.types import ValueTypeError, coerce, display_length
-from .storage.warehouse import Warehouse, WriteBatch
+from .storage.types import display_length
+from .storage.warehouse import Warehouse
 from .triggers.plan import not_built
 
 if TYPE_CHECKING:
@@ -245,15 +246,8 @@ class Session:
             tag = tags.get(name)
             if tag is None:
                 raise WriteRejectedError(f"super table {stable.name} has no tag {name}")
-            values[name] = self._typed_value(expr, tag, ctx)
+            values[name] = typed_value(expr, tag, ctx)
         return values
-
-    def _typed_value(self, expr: ast.Expr, col: ast.ColumnDef, ctx: ConstantContext) -> Any:
-        value = evaluate(expr, ctx, timestamp=col.type.name == "TIMESTAMP")
-        try:
-            return coerce(value, col.type, col.name)
-        except ValueTypeError as exc:
-            raise WriteRejectedError(str(exc), line=expr.pos.line or None, column=expr.pos.column or None) from None
 
     # ------------------------------------------------------------------ databases
 
@@ -463,7 +457,7 @@ class Session:
             tag = tags.get(normalize(name))
             if tag is None:
                 raise CatalogError(f"{info.stable} has no tag {name} (tags: {', '.join(tags)})")
-            values[tag.name] = self._typed_value(expr, tag, ctx)
+            values[tag.name] = typed_value(expr, tag, ctx)
         for stream in load_streams(self.warehouse):
             table = stream.trigger_table
             grouping = set(values) & set(stream.group_columns)
@@ -480,84 +474,7 @@ class Session:
     # ------------------------------------------------------------------ writes
 
     def _exec_insert(self, stmt: ast.Insert) -> Result:
-        batches: list[WriteBatch] = []
-        new_children: list[TableInfo] = []
-        total = 0
-        for target in stmt.targets:
-            db = self.db_of(target.table)
-            name = normalize(target.table.name)
-            info = self.warehouse.find_table(db, name)
-            if info is None:
-                info = next((c for c in new_children if c.db == db and c.name == name), None)
-            if info is None:
-                if target.using is None:
-                    raise CatalogError(
-                        f"table {db}.{name} does not exist; create it or write "
-                        f"INSERT INTO {name} USING stable TAGS (...)",
-                        line=target.pos.line,
-                        column=target.pos.column,
-                    )
-                _, info = self._child(target.using, db)
-                new_children.append(info)
-            if info.kind == "super":
-                raise WriteRejectedError(
-                    f"{info.name} is a super table: insert into a child table "
-                    f"(INSERT INTO ct USING {info.name} TAGS (...))",
-                    line=target.pos.line,
-                    column=target.pos.column,
-                )
-            rows = self._insert_rows(target, info)
-            total += len(rows)
-            batches.append(WriteBatch(info, rows))
-        self.warehouse.write(batches, new_children)
-        return Result(message=f"Insert OK, {total} row(s) affected", affected=total)
-
-    def _insert_rows(self, target: ast.InsertTarget, info: TableInfo) -> list[tuple[Any, ...]]:
-        by_name = {c.name: i for i, c in enumerate(info.columns)}
-        if target.columns is None:
-            positions = list(range(len(info.columns)))
-        else:
-            positions = []
-            for col in target.columns:
-                index = by_name.get(normalize(col))
-                if index is None:
-                    raise WriteRejectedError(
-                        f"table {info.name} has no column {col} (columns: {', '.join(by_name)})",
-                        line=target.pos.line,
-                        column=target.pos.column,
-                    )
-                if index in positions:
-                    raise WriteRejectedError(
-                        f"column {col} is listed twice", line=target.pos.line, column=target.pos.column
-                    )
-                positions.append(index)
-            if 0 not in positions:
-                raise WriteRejectedError(
-                    f"the column list must include the primary key {info.primary_key}",
-                    line=target.pos.line,
-                    column=target.pos.column,
-                )
-        ctx = self.constants(info.db)
-        rows = []
-        for values in target.rows:
-            if len(values) != len(positions):
-                first = values[0] if values else None
-                raise WriteRejectedError(
-                    f"expected {len(positions)} value(s) for table {info.name}, got {len(values)}",
-                    line=first.pos.line if first else target.pos.line,
-                    column=first.pos.column if first else target.pos.column,
-                )
-            row: list[Any] = [None] * len(info.columns)
-            for index, expr in zip(positions, values, strict=True):
-                row[index] = self._typed_value(expr, info.columns[index], ctx)
-            if row[0] is None:
-                raise WriteRejectedError(
-                    f"the primary key {info.primary_key} cannot be NULL",
-                    line=values[0].pos.line,
-                    column=values[0].pos.column,
-                )
-            rows.append(tuple(row))
-        return rows
+        return execute_insert(self, stmt)
 
     def _exec_delete(self, stmt: ast.Delete) -> Result:
         info = self.table(stmt.table)

@@ -273,7 +273,7 @@ def write_results(
         row = [coerce(v, c.type, c.name, computed=True) for v, c in zip(row, info.columns, strict=True)]
         child = _child_for(warehouse, stream, info, groups[tid], children, new_children)
         rows_by_child.setdefault(child.name, []).append(tuple(row))
-    batches = [WriteBatch(children.get(child) or info, rows) for child, rows in rows_by_child.items()]
+    batches = [WriteBatch.from_rows(children.get(child) or info, rows) for child, rows in rows_by_child.items()]
     removals = []
     if replace_range is not None:
         removals.append(f"({warehouse.range_predicate(info, replace_range)})")

@@ -348,12 +348,26 @@ class DropTables(Statement):
 
 
 @dataclass(frozen=True)
+class ValuesBlock:
+    """Rows of plain literals kept as their text (``sql/values.py``): ``width`` literals per
+    tuple; ``pos`` is where the first tuple starts."""
+
+    text: str
+    width: int
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class InsertTarget:
+    """One table's rows of an INSERT: ``block`` (if any) holds the leading run of plain-literal
+    tuples, ``rows`` the tuples after it, in order."""
+
     table: QualifiedName
     using: ChildTableDef | None
     columns: tuple[str, ...] | None
     rows: tuple[tuple[Expr, ...], ...]
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
+    block: ValuesBlock | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from .limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
 from .tsma import parse_create_tsma, parse_drop_tsma
+from .values import block_width
 from .walk import depth
 
 T = TypeVar("T")
@@ -552,11 +553,15 @@ class _Parser:
             if self.peek().is_op("("):
                 columns = tuple(t.name for t in self.parenthesized(lambda: self.ident("a column name")))
             self.expect_word("VALUES")
-            rows = [tuple(self.parenthesized(self.insert_value))]
+            block = None
+            if self.peek().kind is Kind.VALUES_BLOCK:
+                text = self.next()
+                block = ast.ValuesBlock(text.text, block_width(text.text), self.pos(text))
+            rows = [] if block is not None else [tuple(self.parenthesized(self.insert_value))]
             while self.peek().is_op("(") or (self.peek().is_op(",") and self.peek(1).is_op("(")):
                 self.accept_op(",")
                 rows.append(tuple(self.parenthesized(self.insert_value)))
-            targets.append(ast.InsertTarget(name, using, columns, tuple(rows), self.pos(tok)))
+            targets.append(ast.InsertTarget(name, using, columns, tuple(rows), self.pos(tok), block))
             if self.at_end():
                 break
         return ast.Insert(tuple(targets))

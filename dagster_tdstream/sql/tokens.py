@@ -15,6 +15,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from ..errors import SqlSyntaxError
+from .values import scan_block
 
 
 class Kind(Enum):
@@ -26,6 +27,7 @@ class Kind(Enum):
     PLACEHOLDER = "placeholder"
     OP = "operator"
     HINT = "hint"  # /*+ name(…) … */ right after SELECT (skip_tsma)
+    VALUES_BLOCK = "values"  # a run of plain-literal tuples after VALUES (see values.py)
     END = "end of statement"
 
 
@@ -94,7 +96,8 @@ _KINDS = {
 
 def tokenize(text: str) -> list[Token]:
     """Tokens of a whole script (comments and white space dropped, ``;`` kept; a hint after
-    SELECT kept as one HINT token)."""
+    SELECT kept as one HINT token; the plain-literal tuples after VALUES as one VALUES_BLOCK
+    token)."""
     result: list[Token] = []
     line, line_start = 1, 0  # the line of the match, and where that line starts
     match = _TOKEN.match
@@ -119,6 +122,14 @@ def tokenize(text: str) -> list[Token]:
             line += newlines
             line_start = pos + value.rindex("\n") + 1
         pos = m.end()
+        if kind == "ident" and value.upper() == "VALUES" and (block := scan_block(text, pos)) is not None:
+            start, pos, _ = block
+            for offset in (start, pos):  # the lines before the block, then the block's own
+                if (newlines := text.count("\n", line_start, offset)) > 0:
+                    line += newlines
+                    line_start = text.rindex("\n", line_start, offset) + 1
+                if offset == start:
+                    result.append(Token(Kind.VALUES_BLOCK, text[start:pos], start, line, start - line_start + 1))
     return result
 
 

@@ -1,0 +1,261 @@
+"""INSERT: each target table's rows as Arrow columns of its types, then one warehouse write.
+
+Owns resolving INSERT targets (existing tables, child tables created by ``USING … TAGS``),
+column lists, and converting values. A plain-literal block (``sql/values.py``) is converted
+column by column with Arrow's parsers where the column's rule is a plain parse; every other
+value — and a whole block column holding anything the vectorised reading is not sure to read
+the same — goes through the per-value rule (``constants.evaluate`` + ``types.coerce``), which
+is the definition and gives the error with its position. Must not write storage itself
+(``Warehouse.write`` does, all tables or none) nor parse SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import CatalogError, TDStreamError, WriteRejectedError
+from ..results import Result
+from ..sql import ast
+from ..sql.constants import ConstantContext, evaluate
+from ..sql.values import block_columns, literal_offset
+from ..storage.catalog import TableInfo
+from ..storage.types import STRING_TYPES, ValueTypeError, arrow_schema, arrow_type, coerce, value_range
+from ..storage.warehouse import WriteBatch
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+_INTEGER = r"^-?\d{1,18}$"  # 18 digits always fit int64; longer ones take the per-value rule
+_DECIMAL = r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$"
+_BOOLEAN = r"(?i)^(?:true|false)$"
+_NULL = r"(?i)^null$"
+
+
+def execute_insert(session: Session, stmt: ast.Insert) -> Result:
+    batches: list[WriteBatch] = []
+    new_children: list[TableInfo] = []
+    total = 0
+    for target in stmt.targets:
+        db = session.db_of(target.table)
+        name = target.table.name.lower()  # names are case-insensitive
+        info = session.warehouse.find_table(db, name)
+        if info is None:
+            info = next((c for c in new_children if c.db == db and c.name == name), None)
+        if info is None:
+            if target.using is None:
+                raise CatalogError(
+                    f"table {db}.{name} does not exist; create it or write INSERT INTO {name} USING stable TAGS (...)",
+                    line=target.pos.line,
+                    column=target.pos.column,
+                )
+            _, info = session._child(target.using, db)
+            new_children.append(info)
+        if info.kind == "super":
+            raise WriteRejectedError(
+                f"{info.name} is a super table: insert into a child table "
+                f"(INSERT INTO ct USING {info.name} TAGS (...))",
+                line=target.pos.line,
+                column=target.pos.column,
+            )
+        data = _target_data(target, info, _positions(target, info), session.constants(info.db))
+        total += data.num_rows
+        batches.append(WriteBatch(info, data))
+    session.warehouse.write(batches, new_children)
+    return Result(message=f"Insert OK, {total} row(s) affected", affected=total)
+
+
+def _positions(target: ast.InsertTarget, info: TableInfo) -> list[int]:
+    """The table column each value of a tuple goes to."""
+    if target.columns is None:
+        return list(range(len(info.columns)))
+    by_name = {c.name: i for i, c in enumerate(info.columns)}
+    positions: list[int] = []
+    for col in target.columns:
+        index = by_name.get(col.lower())
+        if index is None:
+            raise WriteRejectedError(
+                f"table {info.name} has no column {col} (columns: {', '.join(by_name)})",
+                line=target.pos.line,
+                column=target.pos.column,
+            )
+        if index in positions:
+            raise WriteRejectedError(f"column {col} is listed twice", line=target.pos.line, column=target.pos.column)
+        positions.append(index)
+    if 0 not in positions:
+        raise WriteRejectedError(
+            f"the column list must include the primary key {info.primary_key}",
+            line=target.pos.line,
+            column=target.pos.column,
+        )
+    return positions
+
+
+def _target_data(target: ast.InsertTarget, info: TableInfo, positions: list[int], ctx: ConstantContext) -> pa.Table:
+    """The target's rows (block first, then the other tuples, as written) in the table's schema."""
+    parts: list[list[pa.Array]] = []
+    where: list[Callable[[int, int], ast.Pos]] = []  # per part: (row, value) → position
+    if target.block is not None:
+        parts.append(_block_arrays(target.block, info, positions, ctx))
+        where.append(_block_locator(target.block))
+    if target.rows:
+        parts.append(_row_arrays(target.rows, info, positions, ctx))
+        where.append(lambda row, value: target.rows[row][value].pos)
+    columns = [pa.concat_arrays([part[i] for part in parts]) for i in range(len(info.columns))]
+    data = pa.table(columns, schema=arrow_schema(info.columns, with_tbname=False))
+    key = data.column(0)
+    if key.null_count:  # the first NULL key, in the part it came from
+        first = pc.index(pc.is_null(key), True).as_py()
+        for part, locate in zip(parts, where, strict=True):
+            if first < len(part[0]):
+                pos = locate(first, positions.index(0))
+                raise WriteRejectedError(
+                    f"the primary key {info.primary_key} cannot be NULL", line=pos.line, column=pos.column
+                )
+            first -= len(part[0])
+    return data
+
+
+def _width_error(info: TableInfo, positions: list[int], got: int, pos: ast.Pos) -> WriteRejectedError:
+    return WriteRejectedError(
+        f"expected {len(positions)} value(s) for table {info.name}, got {got}", line=pos.line, column=pos.column
+    )
+
+
+def _row_arrays(
+    rows: Sequence[Sequence[ast.Expr]], info: TableInfo, positions: list[int], ctx: ConstantContext
+) -> list[pa.Array]:
+    values: list[list[Any]] = [[None] * len(rows) for _ in info.columns]
+    for r, row in enumerate(rows):
+        if len(row) != len(positions):
+            first = row[0].pos if row else ast.NO_POS
+            raise _width_error(info, positions, len(row), first)
+        for index, expr in zip(positions, row, strict=True):
+            values[index][r] = typed_value(expr, info.columns[index], ctx)
+    return [pa.array(column, arrow_type(col.type)) for column, col in zip(values, info.columns, strict=True)]
+
+
+def _block_locator(block: ast.ValuesBlock) -> Callable[[int, int], ast.Pos]:
+    def locate(row: int, value: int) -> ast.Pos:
+        offset = literal_offset(block.text, block.width, row, value)
+        newlines = block.text.count("\n", 0, offset)
+        if not newlines:
+            return ast.Pos(block.pos.line, block.pos.column + offset)
+        return ast.Pos(block.pos.line + newlines, offset - block.text.rindex("\n", 0, offset))
+
+    return locate
+
+
+def _block_arrays(
+    block: ast.ValuesBlock, info: TableInfo, positions: list[int], ctx: ConstantContext
+) -> list[pa.Array]:
+    locate = _block_locator(block)
+    if block.width != len(positions):
+        raise _width_error(info, positions, block.width, locate(0, 0))
+    texts = block_columns(block.text, block.width)
+    count = len(texts[0])
+    arrays = [pa.nulls(count, arrow_type(col.type)) for col in info.columns]
+    for value, index in enumerate(positions):
+        col = info.columns[index]
+        literals = pa.array(texts[value], pa.string())
+        vector = _vectorised(literals, col)
+        if vector is None:
+            vector = pa.array(
+                [
+                    _literal_value(text, col, ctx, lambda r, v=value: locate(r, v), r)
+                    for r, text in enumerate(texts[value])
+                ],
+                arrow_type(col.type),
+            )
+        arrays[index] = vector
+    return arrays
+
+
+def _vectorised(literals: pa.Array, col: ast.ColumnDef) -> pa.Array | None:
+    """The column read with Arrow's parsers when every literal is one whose reading is a plain
+    parse of its text (the per-value rule would give the same value and no error); else None."""
+    name = col.type.name
+    nulls = pc.match_substring_regex(literals, _NULL)
+    values = pc.if_else(nulls, pa.scalar(None, pa.string()), literals)
+
+    def all_match(pattern: str) -> bool:
+        return bool(pc.all(pc.or_(nulls, pc.match_substring_regex(literals, pattern))).as_py())
+
+    bounds = value_range(col.type)
+    if name == "TIMESTAMP" or (bounds is not None and name not in ("FLOAT", "DOUBLE")):
+        if not all_match(_INTEGER):
+            return None
+        numbers = values.cast(pa.int64())
+        extremes = pc.min_max(numbers)
+        low, high = extremes["min"].as_py(), extremes["max"].as_py()
+        assert bounds is not None
+        if low is not None and (low < bounds[0] or high > bounds[1]):
+            return None  # the per-value rule says which value and why
+        return numbers.cast(arrow_type(col.type))
+    if name in ("FLOAT", "DOUBLE"):
+        if not all_match(_DECIMAL):
+            return None
+        try:
+            numbers = values.cast(pa.float64())
+        except pa.ArrowInvalid:  # a spelling Arrow's parser does not take: the per-value rule
+            return None
+        assert bounds is not None
+        largest = pc.max(pc.abs(numbers)).as_py()
+        if largest is not None and not largest <= bounds[1]:  # beyond the type, or infinite
+            return None
+        return numbers.cast(arrow_type(col.type), safe=False)
+    if name == "BOOL":
+        if not all_match(_BOOLEAN):
+            return None
+        return pc.equal(pc.utf8_lower(values), "true")
+    if name in STRING_TYPES:
+        if not all_match(r"^['\"]"):
+            return None
+        body = pc.utf8_slice_codeunits(values, 1, -1)
+        single = pc.starts_with(values, "'")
+        text = pc.if_else(single, pc.replace_substring(body, "''", "'"), pc.replace_substring(body, '""', '"'))
+        size = pc.binary_length(text) if name in ("BINARY", "VARCHAR") else pc.utf8_length(text)
+        longest = pc.max(size).as_py()
+        if col.type.length is not None and longest is not None and longest > col.type.length:
+            return None
+        return text
+    return None
+
+
+def _literal_value(
+    text: str, col: ast.ColumnDef, ctx: ConstantContext, locate: Callable[[int], ast.Pos], row: int
+) -> Any:
+    """One block literal through the per-value rule, errors placed at the literal."""
+    try:
+        return typed_value(_literal(text), col, ctx)
+    except TDStreamError as exc:
+        pos = locate(row)
+        raise exc.located(pos.line, pos.column) from None
+
+
+def _literal(text: str) -> ast.Literal:
+    """A block literal as the parser reads a lone literal value (no position: the caller
+    places errors)."""
+    head = text[0]
+    if head in "'\"":
+        return ast.Literal(text[1:-1].replace(head * 2, head), "string")
+    upper = text.upper()
+    if upper == "NULL":
+        return ast.Literal(None, "null")
+    if upper in ("TRUE", "FALSE"):
+        return ast.Literal(upper == "TRUE", "bool")
+    if "." in text or "e" in text or "E" in text:
+        return ast.Literal(float(text), "float")
+    return ast.Literal(int(text), "int")
+
+
+def typed_value(expr: ast.Expr, col: ast.ColumnDef, ctx: ConstantContext) -> Any:
+    """A written value (an INSERT value, a tag value) in the column's type, or the error at it."""
+    value = evaluate(expr, ctx, timestamp=col.type.name == "TIMESTAMP")
+    try:
+        return coerce(value, col.type, col.name)
+    except ValueTypeError as exc:
+        raise WriteRejectedError(str(exc), line=expr.pos.line or None, column=expr.pos.column or None) from None
