@@ -123,13 +123,16 @@ def tokenize(text: str) -> list[Token]:
             line_start = pos + value.rindex("\n") + 1
         pos = m.end()
         if kind == "ident" and value.upper() == "VALUES" and (block := scan_block(text, pos)) is not None:
-            start, pos, _ = block
-            for offset in (start, pos):  # the lines before the block, then the block's own
-                if (newlines := text.count("\n", line_start, offset)) > 0:
+            start, stop, _ = block
+            # lines counted over the text just passed only: counting from the line's start
+            # would rescan a one-line INSERT of 100 tables from its beginning at each block
+            for begin, offset in ((pos, start), (start, stop)):
+                if (newlines := text.count("\n", begin, offset)) > 0:
                     line += newlines
-                    line_start = text.rindex("\n", line_start, offset) + 1
+                    line_start = text.rindex("\n", begin, offset) + 1
                 if offset == start:
-                    result.append(Token(Kind.VALUES_BLOCK, text[start:pos], start, line, start - line_start + 1))
+                    result.append(Token(Kind.VALUES_BLOCK, text[start:stop], start, line, start - line_start + 1))
+            pos = stop
     return result
 
 

@@ -27,11 +27,13 @@ _WHITE = re.compile(r"\s*")
 MIN_ROWS = 2  # a single tuple reads as fast through the grammar, and keeps its positions exact
 
 
-@lru_cache(maxsize=64)
-def _tuple_pattern(width: int) -> re.Pattern[str]:
-    """One tuple of exactly ``width`` literals, each captured, and the separator to the next
-    tuple (a comma is consumed only when another tuple follows it)."""
-    literals = r"\s*,\s*".join(f"({_LITERAL})" for _ in range(width))
+@lru_cache(maxsize=128)
+def _tuple_pattern(width: int, *, capture: bool) -> re.Pattern[str]:
+    """One tuple of exactly ``width`` literals (each captured, or not: finding the run's end
+    needs no groups) and the separator to the next tuple (a comma is consumed only when
+    another tuple follows it)."""
+    literal = f"({_LITERAL})" if capture else _LITERAL
+    literals = r"\s*,\s*".join(literal for _ in range(width))
     return re.compile(rf"\(\s*{literals}\s*\)(?:\s*,?\s*(?=\())?")
 
 
@@ -43,7 +45,7 @@ def scan_block(text: str, start: int) -> tuple[int, int, int] | None:
     if first is None:
         return None
     width = block_width(text[first.start() : first.end()])
-    scanner = _tuple_pattern(width).scanner(text, start)
+    scanner = _tuple_pattern(width, capture=False).scanner(text, start)
     rows, end = 0, start
     for match in iter(scanner.match, None):
         rows += 1
@@ -64,13 +66,16 @@ def block_width(block: str) -> int:
 
 def block_columns(block: str, width: int) -> list[tuple[str, ...]]:
     """The literal texts of a block, column by column (quotes kept: the type decides)."""
-    rows = [match.groups() for match in iter(_tuple_pattern(width).scanner(block).match, None)]
+    # the block is tuples end to end (the scan made sure), so findall skips nothing
+    rows = _tuple_pattern(width, capture=True).findall(block)
+    if width == 1:
+        return [tuple(rows)]
     return [tuple(column) for column in zip(*rows, strict=True)] if rows else [() for _ in range(width)]
 
 
 def literal_offset(block: str, width: int, row: int, column: int) -> int:
     """Where literal ``column`` of tuple ``row`` starts in ``block`` (error messages only)."""
-    for index, match in enumerate(iter(_tuple_pattern(width).scanner(block).match, None)):
+    for index, match in enumerate(iter(_tuple_pattern(width, capture=True).scanner(block).match, None)):
         if index == row:
             return match.start(column + 1)
     raise IndexError(row)
