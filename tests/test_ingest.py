@@ -3,15 +3,21 @@ must agree with. No Spark: rows are read back with delta-rs."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagster_tdstream import Session, TDStreamError, Warehouse, WriteRejectedError
 from dagster_tdstream.families.insert import _literal_value, _vectorised
+from dagster_tdstream.faults import FAILPOINT_ENV
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.constants import ConstantContext
 from dagster_tdstream.sql.timeunits import resolve_timezone
@@ -137,3 +143,91 @@ def test_the_vectorised_reading_agrees_with_the_per_value_rule(column: ast.Colum
     if column.type.name == "FLOAT":
         expected = pa.array(expected, pa.float32()).to_pylist()
     assert got == expected
+
+
+# ---------------------------------------------------------------- exactly one row per key
+
+_WRITER = """
+import sys
+from dagster_tdstream import Session, Warehouse
+session = Session(Warehouse(sys.argv[1]), database="d", timezone="UTC")
+for statement in sys.argv[2:]:
+    session.execute(statement)
+"""
+
+
+def _write_in_process(warehouse: Warehouse, *statements: str, failpoint: str | None = None) -> int:
+    """Run INSERTs in a process of their own (optionally SIGKILLed at a failpoint); its exit code."""
+    env = {key: value for key, value in os.environ.items() if key != FAILPOINT_ENV}
+    if failpoint is not None:
+        env[FAILPOINT_ENV] = failpoint
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITER, warehouse.uri, *statements], env=env, capture_output=True, timeout=120
+    )
+    return done.returncode
+
+
+def _keys(warehouse: Warehouse) -> list[tuple[object, object]]:
+    return sorted((r["tbname"], r["ts"]) for r in warehouse.read_table(warehouse.table("d", "st")).to_pylist())
+
+
+def test_a_writer_killed_between_its_commit_and_its_catalog_update_leaves_no_duplicate_key(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    # issue 18's reproduction: the process dies right after the Delta commit of c2's rows
+    sql_session.execute(
+        SCHEMA + "create table c2 using st tags (2); insert into c1 values (1000, 1, 1, true, 'a', 'a')"
+    )
+    sql_session.execute("insert into c2 values (1000, 1, 1, true, 'a', 'a')")
+    killed = _write_in_process(
+        warehouse,
+        "insert into c2 values (2000, 2, 2, true, 'b', 'b') (3000, 3, 3, true, 'c', 'c')",
+        failpoint="after-data-commit",
+    )
+    assert killed == -signal.SIGKILL
+    sql_session.execute("insert into c1 values (5000, 5, 5, true, 'e', 'e')")
+    # the client retries the batch it never saw acknowledged
+    sql_session.execute("insert into c2 values (2000, 2, 2, true, 'b', 'b') (3000, 3, 3, true, 'c', 'c')")
+    assert _keys(warehouse) == [("c1", 1000), ("c1", 5000), ("c2", 1000), ("c2", 2000), ("c2", 3000)]
+
+
+def test_concurrent_writers_of_one_child_table_keep_one_row_per_timestamp(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA)
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, warehouse.uri]
+            + [f"insert into c1 values ({ts}, {w}, 0, true, 'w', 'w')" for ts in range(1000, 31000, 1000)]
+        )
+        for w in range(4)
+    ]
+    assert [writer.wait(timeout=180) for writer in writers] == [0, 0, 0, 0]
+    written = warehouse.read_table(warehouse.table("d", "c1")).to_pylist()
+    assert sorted(r["ts"] for r in written) == list(range(1000, 31000, 1000))  # each timestamp once
+    assert {r["v"] for r in written} <= {0, 1, 2, 3}
+
+
+def test_rows_written_by_another_tool_are_accounted_for_before_the_next_write(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(
+        SCHEMA + "create table c2 using st tags (2); insert into c1 values (1000, 1, 1, true, 'a', 'a')"
+    )
+    # a plain delta-rs append, with no marks in its commit: the catalog cannot tell its keys
+    outside = pa.table(
+        {"tbname": ["c2", "c2"], "ts": [4000, 9000], "v": pa.array([4, 9], pa.int32())},
+    )
+    full = warehouse.delta.read("d", "st").schema
+    outside = pa.table(
+        {
+            name: outside[name] if name in outside.column_names else pa.nulls(2, full.field(name).type)
+            for name in full.names
+        },
+        schema=full,
+    )
+    write_deltalake(warehouse.delta.uri("d", "st"), outside, mode="append")
+    sql_session.execute("insert into c1 values (2000, 2, 2, true, 'b', 'b')")
+    sql_session.execute("insert into c2 values (4000, 40, 4, true, 'd', 'd')")  # an update, not a second row
+    assert _keys(warehouse) == [("c1", 1000), ("c1", 2000), ("c2", 4000), ("c2", 9000)]
+    assert [r["v"] for r in warehouse.read_table(warehouse.table("d", "c2")).to_pylist() if r["ts"] == 4000] == [40]

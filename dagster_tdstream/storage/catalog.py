@@ -369,6 +369,33 @@ class Catalog:
                 return self._info(row, parent)
             return self._info(row, None)
 
+    def get_tables(self, db: str, names: Iterable[str]) -> dict[str, TableInfo]:
+        """The named tables of ``db`` that exist, in one read per 500 names (an INSERT into
+        many child tables looks them up together)."""
+        wanted, found = sorted(set(names)), {}
+        with self._conn(None) as c:
+            rows = []
+            for i in range(0, len(wanted), 500):
+                rows += c.execute(
+                    select(tables_table).where(
+                        and_(tables_table.c.db == db, tables_table.c.name.in_(wanted[i : i + 500]))
+                    )
+                ).all()
+            stables = sorted({r.stable for r in rows if r.kind == "child"})
+            parents = (
+                {
+                    r.name: r
+                    for r in c.execute(
+                        select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name.in_(stables)))
+                    ).all()
+                }
+                if stables
+                else {}
+            )
+        for row in rows:
+            found[row.name] = self._info(row, parents.get(row.stable) if row.kind == "child" else None)
+        return found
+
     def list_tables(self, db: str, kinds: Iterable[str]) -> list[TableInfo]:
         kinds = tuple(kinds)
         with self._conn(None) as c:
@@ -496,28 +523,41 @@ class Catalog:
 
     def record_writes(self, db: str, storage: str, last_ts: dict[str, int], version: int) -> None:
         """Record the watermarks of the child tables just written and that the table's
-        version ``version`` is accounted for."""
+        version ``version`` is accounted for (one transaction: it is on every INSERT's path, so
+        SQLite and PostgreSQL upsert in place instead of deleting and inserting)."""
+        marks = [
+            {"db": db, "storage": storage, "tbname": name, "last_ts": ts, "version": version}
+            for name, ts in last_ts.items()
+        ]
         with self.transaction() as conn:
-            conn.execute(
-                delete(verified_table).where(and_(verified_table.c.db == db, verified_table.c.storage == storage))
-            )
-            conn.execute(insert(verified_table).values(db=db, storage=storage, version=version))
-            conn.execute(
-                delete(write_state_table).where(
-                    and_(
-                        write_state_table.c.db == db,
-                        write_state_table.c.storage == storage,
-                        write_state_table.c.tbname.in_(list(last_ts)),
+            upsert = _upsert(conn.dialect.name)
+            if upsert is None:
+                conn.execute(
+                    delete(verified_table).where(and_(verified_table.c.db == db, verified_table.c.storage == storage))
+                )
+                conn.execute(insert(verified_table).values(db=db, storage=storage, version=version))
+                conn.execute(
+                    delete(write_state_table).where(
+                        and_(
+                            write_state_table.c.db == db,
+                            write_state_table.c.storage == storage,
+                            write_state_table.c.tbname.in_(list(last_ts)),
+                        )
                     )
                 )
-            )
-            if last_ts:
+                if marks:
+                    conn.execute(insert(write_state_table), marks)
+                return
+            verified = upsert(verified_table).values(db=db, storage=storage, version=version)
+            conn.execute(verified.on_conflict_do_update(index_elements=["db", "storage"], set_={"version": version}))
+            if marks:
+                state = upsert(write_state_table)
                 conn.execute(
-                    insert(write_state_table),
-                    [
-                        {"db": db, "storage": storage, "tbname": name, "last_ts": ts, "version": version}
-                        for name, ts in last_ts.items()
-                    ],
+                    state.on_conflict_do_update(
+                        index_elements=["db", "storage", "tbname"],
+                        set_={"last_ts": state.excluded.last_ts, "version": state.excluded.version},
+                    ),
+                    marks,
                 )
 
     # ------------------------------------------------------------------ streams
@@ -884,6 +924,19 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def _upsert(dialect: str) -> Any:
+    """The dialect's INSERT … ON CONFLICT construct, or None where there is none."""
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert
+    return None
 
 
 def _now_ms() -> int:

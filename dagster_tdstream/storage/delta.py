@@ -1,10 +1,12 @@
 """Delta Lake tables written with delta-rs: one per super table and per normal table.
 
 Owns the physical layout (``<warehouse>/<db>/<table>``), creating tables with the change
-data feed enabled, appends, primary-key upserts (MERGE), deletes by predicate, reading a
-snapshot, the version (= WAL offset) and the change feed. Each call is one Delta commit.
-Must not decide *whether* to append or merge, nor know about child tables and tags:
-``warehouse.py`` does.
+data feed enabled, appends (local ones through ``append.py``), primary-key upserts (MERGE),
+deletes by predicate, reading a snapshot, the version (= WAL offset) and the change feed.
+Each write is one Delta commit and carries, in its commit info, the newest key it wrote per
+child table (``tdstream.marks``), so the catalog's copy of those marks can always be
+rebuilt from the log. Must not decide *whether* to append or merge, nor know about child
+tables and tags: ``warehouse.py`` does.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+from .append import CHECKPOINT_INTERVAL, append_commit, log_path
 
 CDF_CONFIG = {"delta.enableChangeDataFeed": "true"}
 STRING_STATS_LENGTH = 32
+MARKS_KEY = "tdstream.marks"  # commit info: {table name: newest key written by this commit}
 
 
 def is_local(uri: str) -> bool:
@@ -55,6 +60,7 @@ class DeltaStore:
         self.root = root.rstrip("/")
         self.storage_options = storage_options
         self._handles = threading.local()  # delta-rs handles are not shared between threads
+        self._latest: dict[str, tuple[str, int]] = {}  # uri → (table id, newest version seen)
 
     def uri(self, db: str, table: str) -> str:
         return f"{self.root}/{db}/{table}"
@@ -99,13 +105,48 @@ class DeltaStore:
     def version(self, db: str, table: str) -> int:
         return self.current(db, table).version()
 
-    def append(self, db: str, table: str, rows: pa.Table) -> int:
-        dt = self.current(db, table)
-        write_deltalake(dt, rows, mode="append")
-        return dt.version()  # the handle follows its own commit
+    def identity(self, db: str, table: str) -> str | None:
+        """The id of a local table's current incarnation (None for object stores): a table
+        dropped and created again under its name has another."""
+        uri = self.uri(db, table)
+        return _table_id(uri) if is_local(uri) else None
+
+    def latest_version(self, db: str, table: str) -> int:
+        """The newest version, for a local table by looking for the log entries after the last
+        one this process saw (a few ``stat`` calls instead of reading the log)."""
+        uri = self.uri(db, table)
+        identity = _table_id(uri) if is_local(uri) else None
+        if identity is None:
+            return self.version(db, table)
+        known = self._latest.get(uri)
+        version = known[1] if known is not None and known[0] == identity else self.version(db, table)
+        path = local_path(uri)
+        while log_path(path, version + 1).exists():
+            version += 1
+        self._latest[uri] = (identity, version)
+        return version
+
+    def append(self, db: str, table: str, rows: pa.Table, marks: dict[str, int]) -> int:
+        uri = self.uri(db, table)
+        if not is_local(uri):
+            dt = self.current(db, table)
+            write_deltalake(dt, rows, mode="append", commit_properties=_marked(marks))
+            return dt.version()  # the handle follows its own commit
+        after = self.latest_version(db, table)
+        version = append_commit(local_path(uri), after, rows, _marks_metadata(marks))
+        self._latest[uri] = (self._latest[uri][0], version)
+        if version % CHECKPOINT_INTERVAL == 0:  # readers replay the log from the last checkpoint
+            self.current(db, table).create_checkpoint()
+        return version
 
     def upsert(
-        self, db: str, table: str, rows: pa.Table, keys: tuple[str, ...], delete_unmatched: str | None = None
+        self,
+        db: str,
+        table: str,
+        rows: pa.Table,
+        keys: tuple[str, ...],
+        marks: dict[str, int],
+        delete_unmatched: str | None = None,
     ) -> int:
         """Insert rows; a row whose key exists replaces it (TDengine: the later write wins).
         ``delete_unmatched`` (a predicate on target ``t``) also removes, in the same commit,
@@ -113,7 +154,7 @@ class DeltaStore:
         predicate = " AND ".join(f't."{k}" = s."{k}"' for k in keys)
         dt = self.current(db, table)
         merger = (
-            dt.merge(rows, predicate, source_alias="s", target_alias="t")
+            dt.merge(rows, predicate, source_alias="s", target_alias="t", commit_properties=_marked(marks))
             .when_matched_update_all()
             .when_not_matched_insert_all()
         )
@@ -122,10 +163,31 @@ class DeltaStore:
         merger.execute()
         return dt.version()
 
+    def commit_marks(self, db: str, table: str, start: int, end: int) -> dict[str, int] | None:
+        """The newest key per table name written by versions [start, end], from their commit
+        info; None when one of them cannot tell (written by another tool, its log entry
+        cleaned up, an object store): the caller must read the data instead."""
+        uri = self.uri(db, table)
+        if not is_local(uri):
+            return None
+        marks: dict[str, int] = {}
+        for version in range(start, end + 1):
+            try:
+                lines = log_path(local_path(uri), version).read_text().splitlines()
+            except FileNotFoundError:
+                return None
+            info = next((json.loads(line)["commitInfo"] for line in lines if line.startswith('{"commitInfo"')), {})
+            if MARKS_KEY in info:
+                for name, key in json.loads(info[MARKS_KEY]).items():
+                    marks[name] = max(key, marks.get(name, key))
+            elif any('"dataChange":true' in line for line in lines if line.startswith('{"add"')):
+                return None  # new rows from a writer that did not say which keys
+        return marks
+
     def delete(self, db: str, table: str, predicate: str) -> tuple[int, int]:
         """Delete matching rows; returns (rows deleted, version)."""
         dt = self.current(db, table)
-        metrics = dt.delete(predicate)
+        metrics = dt.delete(predicate, commit_properties=_marked({}))
         return int(metrics.get("num_deleted_rows", 0)), dt.version()
 
     def read(
@@ -187,6 +249,14 @@ class DeltaStore:
         and ``_commit_version`` (the WAL records of those offsets)."""
         reader = self.current(db, table).load_cdf(starting_version=start, ending_version=end)
         return pa.table(reader)
+
+
+def _marks_metadata(marks: dict[str, int]) -> dict[str, str]:
+    return {MARKS_KEY: json.dumps(marks, separators=(",", ":"))}
+
+
+def _marked(marks: dict[str, int]) -> CommitProperties:
+    return CommitProperties(custom_metadata=_marks_metadata(marks))
 
 
 def _integers(low: object, high: object) -> bool:

@@ -21,10 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CatalogError
+from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
 from .types import arrow_schema, arrow_type
+from .writelock import WriteLocks
 
 DEFAULT_WAREHOUSE = ".tdstream"
 WAREHOUSE_ENV = "TDSTREAM_WAREHOUSE"
@@ -41,7 +43,8 @@ def resolve_warehouse_uri(uri: str | None = None) -> str:
 @dataclass(frozen=True)
 class WriteBatch:
     """Rows for one child or normal table as Arrow columns in the table's column order and
-    types (``arrow_schema`` without ``tbname``)."""
+    types (``arrow_schema`` without ``tbname``); for a super table, rows of its child tables
+    with ``tbname`` first (``arrow_schema`` with it)."""
 
     table: TableInfo
     data: pa.Table
@@ -81,6 +84,10 @@ class Warehouse:
             url = f"sqlite:///{Path(local_path(self.uri)) / 'catalog.sqlite'}"
         self.catalog = Catalog(url)
         self.delta = DeltaStore(self.uri, storage_options)
+        self.locks = WriteLocks(local_path(self.uri) if is_local(self.uri) else None)
+        # (db, table, table id) → (version, table name → newest key or None): the catalog's
+        # marks as this process last wrote or read them, valid while the table is at that version
+        self._marks: dict[tuple[str, str, str], tuple[int, dict[str, int | None]]] = {}
 
     def close(self) -> None:
         self.catalog.dispose()
@@ -123,6 +130,10 @@ class Warehouse:
 
     def find_table(self, db: str, name: str) -> TableInfo | None:
         return self.catalog.get_table(db, name)
+
+    def find_tables(self, db: str, names: Sequence[str]) -> dict[str, TableInfo]:
+        """The named tables of ``db`` that exist (one catalog read)."""
+        return self.catalog.get_tables(db, names)
 
     def create_table(
         self,
@@ -235,26 +246,30 @@ class Warehouse:
         # every table's rows become Arrow before the first commit: a value Arrow refuses
         # rejects the whole statement, not the tables after the ones already committed
         prepared = [
-            (db, storage, group, *_storage_rows(group, group[0].table.columns, group[0].table.kind == "child"))
+            (db, storage, group, *_storage_rows(group, group[0].table.columns, group[0].table.kind != "normal"))
             for (db, storage), group in by_storage.items()
         ]
         total = 0
         merged_any = False
         versions: dict[str, int] = {}
-        for db, storage, group, table, batch_min, batch_max in prepared:
-            first = group[0].table
-            watermarks = self._watermarks(db, storage, list(batch_max), first.primary_key, first.kind == "child")
-            needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
-            keys = ("tbname", first.primary_key) if first.kind == "child" else (first.primary_key,)
-            if needs_merge:
-                version = self.delta.upsert(db, storage, table, keys)
-            else:
-                version = self.delta.append(db, storage, table)
-            new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
-            self.catalog.record_writes(db, storage, new_marks, version)
-            total += table.num_rows
-            merged_any |= needs_merge
-            versions[f"{db}.{storage}"] = version
+        with self.locks.hold(by_storage):
+            for db, storage, group, table, batch_min, batch_max in prepared:
+                first = group[0].table
+                before, watermarks = self._watermarks(
+                    db, storage, list(batch_max), first.primary_key, first.kind != "normal"
+                )
+                needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
+                keys = ("tbname", first.primary_key) if first.kind != "normal" else (first.primary_key,)
+                if needs_merge:
+                    version = self.delta.upsert(db, storage, table, keys, batch_max)
+                else:
+                    version = self.delta.append(db, storage, table, batch_max)
+                failpoint("after-data-commit")
+                new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
+                self._record(db, storage, new_marks, before, version)
+                total += table.num_rows
+                merged_any |= needs_merge
+                versions[f"{db}.{storage}"] = version
         return WriteResult(total, merged_any, versions)
 
     def _replace(self, table: TableInfo, batches: Sequence[WriteBatch], replace_where: str) -> WriteResult:
@@ -263,10 +278,11 @@ class Warehouse:
         is_super = table.kind in ("super", "child")
         data, _, marks = _storage_rows(batches, table.columns, is_super)
         keys = ("tbname", pk) if is_super else (pk,)
-        version = self.delta.upsert(table.db, storage, data, keys, delete_unmatched=replace_where)
-        current = self.catalog.write_state(table.db, storage, list(marks))
-        merged = {name: max(ts, current.get(name, (ts, 0))[0]) for name, ts in marks.items()}
-        self.catalog.record_writes(table.db, storage, merged, version)
+        with self.locks.hold([(table.db, storage)]):
+            before, current = self._watermarks(table.db, storage, list(marks), pk, is_super)
+            version = self.delta.upsert(table.db, storage, data, keys, marks, delete_unmatched=replace_where)
+            merged = {name: max(ts, current.get(name, ts)) for name, ts in marks.items()}
+            self._record(table.db, storage, merged, before, version)
         return WriteResult(data.num_rows, True, {f"{table.db}.{storage}": version})
 
     @staticmethod
@@ -306,21 +322,65 @@ class Warehouse:
         marks = self.catalog.write_state(info.db, storage, names)
         return version, {name: ts for name, (ts, _) in marks.items()}
 
-    def _watermarks(self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool) -> dict[str, int]:
-        """tbname → newest timestamp stored. Trusted from the catalog when the catalog has
-        accounted for the table's current version; otherwise recomputed from the data."""
-        current = self.delta.version(db, storage)
-        verified = self.catalog.verified_version(db, storage)
-        if verified == current or (verified is None and current == 0):
-            return {name: ts for name, (ts, _) in self.catalog.write_state(db, storage, tbnames).items()}
-        if is_super:
-            data = self.delta.read(db, storage, ["tbname", pk], [("tbname", "in", tbnames)])
-            grouped = data.group_by("tbname").aggregate([(pk, "max")])
-            return dict(zip(grouped["tbname"].to_pylist(), grouped[f"{pk}_max"].to_pylist(), strict=True))
-        data = self.delta.read(db, storage, [pk])
-        if data.num_rows == 0:
-            return {}
-        return {tbnames[0]: int(pc.max(data[pk]).as_py())}
+    def _watermarks(
+        self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool
+    ) -> tuple[int, dict[str, int]]:
+        """The table's newest version and, per table name, the newest timestamp stored (an
+        upper bound after deletes); called under the table's write lock. From the catalog,
+        brought up to that version first if it is behind, or from what this process last
+        wrote while nobody else has committed since."""
+        current = self.delta.latest_version(db, storage)
+        identity = self.delta.identity(db, storage)
+        key = (db, storage, identity or "")
+        cached = self._marks.get(key) if identity is not None else None
+        if cached is None or cached[0] != current:
+            verified = self.catalog.verified_version(db, storage)
+            if verified != current and not (verified is None and current == 0):
+                self._catch_up(db, storage, verified, current, pk, is_super)
+            cached = (current, {})
+            if identity is not None:
+                self._marks[key] = cached
+        known = cached[1]
+        missing = [name for name in tbnames if name not in known]
+        if missing:
+            found = self.catalog.write_state(db, storage, missing)
+            known.update({name: found[name][0] if name in found else None for name in missing})
+        return current, {name: mark for name in tbnames if (mark := known[name]) is not None}
+
+    def _record(self, db: str, storage: str, marks: dict[str, int], before: int, version: int) -> None:
+        """Record a commit's marks in the catalog, and keep them for this process's next write
+        when the commit directly followed the version they were read at."""
+        self.catalog.record_writes(db, storage, marks, version)
+        identity = self.delta.identity(db, storage)
+        key = (db, storage, identity or "")
+        cached = self._marks.get(key)
+        if cached is not None and cached[0] == before and version == before + 1:
+            cached[1].update(marks)
+            self._marks[key] = (version, cached[1])
+        else:
+            self._marks.pop(key, None)
+
+    def _catch_up(self, db: str, storage: str, verified: int | None, current: int, pk: str, is_super: bool) -> None:
+        """Account in the catalog for the versions after ``verified`` (a writer died between its
+        commit and its catalog update, or another tool wrote): from the marks their commits
+        carry, or else every table name's newest key read from the data — for *every* name,
+        since the version is then marked accounted for as a whole."""
+        marks = self.delta.commit_marks(db, storage, 1 if verified is None else verified + 1, current)
+        if marks is None:
+            columns = ["tbname", pk] if is_super else [pk]
+            data = self.delta.read(db, storage, columns, version=current)
+            if is_super:
+                grouped = data.group_by("tbname").aggregate([(pk, "max")])
+                marks = dict(zip(grouped["tbname"].to_pylist(), grouped[f"{pk}_max"].to_pylist(), strict=True))
+            elif data.num_rows:
+                marks = {storage: int(pc.max(data[pk]).as_py())}
+            else:
+                marks = {}
+        known = self.catalog.write_state(db, storage, list(marks))
+        # catalog marks stay upper bounds (a delete does not lower them)
+        self.catalog.record_writes(
+            db, storage, {name: max(ts, known.get(name, (ts, 0))[0]) for name, ts in marks.items()}, current
+        )
 
     def delete(self, info: TableInfo, predicate: str | None) -> int:
         """Delete rows of a table matching a delta-rs SQL predicate (None: all rows)."""
@@ -329,9 +389,14 @@ class Warehouse:
             clauses.append(f"tbname = {_sql_string(info.name)}")
         if predicate:
             clauses.append(f"({predicate})")
-        deleted, version = self.delta.delete(info.db, info.storage_name, " AND ".join(clauses) or "true")
-        # watermarks stay valid upper bounds after a delete; the version is accounted for
-        self.catalog.record_writes(info.db, info.storage_name, {}, version)
+        with self.locks.hold([(info.db, info.storage_name)]):
+            verified = self.catalog.verified_version(info.db, info.storage_name)
+            before = self.delta.latest_version(info.db, info.storage_name)
+            deleted, version = self.delta.delete(info.db, info.storage_name, " AND ".join(clauses) or "true")
+            # watermarks stay valid upper bounds after a delete: if the catalog had accounted
+            # for the version before, it accounts for this one too
+            if verified == before:
+                self.catalog.record_writes(info.db, info.storage_name, {}, version)
         return deleted
 
     # ------------------------------------------------------------------ reads (Python side)
@@ -399,9 +464,11 @@ def _storage_rows(
     parts = []
     for batch in group:
         data = batch.data
-        if is_super:
+        if is_super and batch.table.kind == "child":
             data = data.add_column(0, schema.field("tbname"), pa.repeat(pa.scalar(batch.table.name), data.num_rows))
         parts.append(data.cast(schema))
+    if not parts:  # a recalculation that only retracts windows
+        return schema.empty_table(), {}, {}
     data = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
     if not _unique_keys(group):
         # TDengine update semantics inside one statement too: the last row for a key wins
@@ -426,8 +493,8 @@ def _storage_rows(
 def _unique_keys(group: Sequence[WriteBatch]) -> bool:
     """Whether no (table, timestamp) repeats: each table written once, its keys increasing
     (how nearly every INSERT arrives — no grouping needed then)."""
-    if len({batch.table.name for batch in group}) != len(group):
-        return False
+    if len({batch.table.name for batch in group}) != len(group) or group[0].table.kind == "super":
+        return False  # a super table's rows may repeat a key of any of its child tables
     for batch in group:
         keys = batch.data.column(0)
         if len(keys) > 1 and not pc.all(pc.greater(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():

@@ -1,0 +1,118 @@
+"""Blind appends to a local Delta table, committed without delta-rs's writer.
+
+Owns writing one Parquet file (pyarrow, fsynced) and committing it as the table's next
+version: a log entry with the ``add`` action and its statistics, written to a temporary file,
+fsynced and linked into ``_delta_log`` under the version's name — a link fails if the name
+exists, which is the Delta protocol's put-if-absent on a local file system, so a commit is
+whole or absent and never overwrites another writer's. delta-rs spent ~8 ms of a one-row
+INSERT's ~20 ms in its writer (planning, its own statistics, reading the log back); this is
+~1 ms. Merges, deletes and object stores stay with delta-rs (``delta.py``). Must not decide
+whether rows may be appended: the warehouse decides that under its write lock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import CatalogError
+
+CHECKPOINT_INTERVAL = 100  # delta-rs's and Spark's default: a checkpoint every 100 versions
+_STATS_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string)
+
+
+def log_path(table: Path, version: int) -> Path:
+    return table / "_delta_log" / f"{version:020}.json"
+
+
+def append_commit(table: Path, after: int, rows: pa.Table, commit_info: dict[str, Any]) -> int:
+    """Commit ``rows`` as one new file of the table whose newest version is ``after`` (or later,
+    when another writer committed meanwhile and only added files); returns the new version."""
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    data_file = table / name
+    pq.write_table(rows, data_file, compression="snappy")
+    _fsync(data_file)
+    now = time.time_ns() // 1_000_000
+    add = {
+        "path": name,
+        "partitionValues": {},
+        "size": data_file.stat().st_size,
+        "modificationTime": now,
+        "dataChange": True,
+        "stats": json.dumps(_stats(rows), separators=(",", ":")),
+    }
+    info = {
+        "timestamp": now,
+        "operation": "WRITE",
+        "operationParameters": {"mode": "Append"},
+        "isBlindAppend": True,
+        "engineInfo": "dagster-tdstream",
+        **commit_info,
+    }
+    entry = f"{json.dumps({'commitInfo': info})}\n{json.dumps({'add': add})}\n".encode()
+    staged = table / "_delta_log" / f".tdstream-{uuid.uuid4()}.json.tmp"
+    with open(staged, "wb") as out:
+        out.write(entry)
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        version = after + 1
+        for _ in range(1000):  # bounded: each failed link means another writer took that version
+            try:
+                os.link(staged, log_path(table, version))
+                break
+            except FileExistsError:
+                _check_still_appendable(table, version)
+                version += 1
+        else:
+            raise CatalogError(f"could not commit to {table}: 1,000 versions were taken by other writers meanwhile")
+    finally:
+        staged.unlink(missing_ok=True)
+    _fsync(table / "_delta_log", directory=True)
+    return version
+
+
+def _check_still_appendable(table: Path, version: int) -> None:
+    """A version another writer took may only add or remove files: a schema or protocol change
+    would make the new file belong to a table it was not written for."""
+    for line in log_path(table, version).read_text().splitlines():
+        if line.startswith(('{"metaData"', '{"protocol"')):
+            raise CatalogError(f"table {table.name} changed while rows were written to it: write them again")
+
+
+def _stats(rows: pa.Table) -> dict[str, Any]:
+    """Delta file statistics: row count, null counts, and min/max of the columns whose
+    min/max readers compare as JSON numbers or strings (others are left out: a reader then
+    treats the file as possibly holding any value)."""
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        nulls[field.name] = column.null_count
+        if not any(check(field.type) for check in _STATS_TYPES) or column.null_count == len(column):
+            continue
+        extremes = pc.min_max(column)
+        smallest, largest = extremes["min"].as_py(), extremes["max"].as_py()
+        if isinstance(smallest, float) and not (math.isfinite(smallest) and math.isfinite(largest)):
+            continue  # NaN and infinities have no JSON form
+        if pa.types.is_floating(field.type) and pc.any(pc.is_nan(column)).as_py():
+            continue
+        low[field.name], high[field.name] = smallest, largest
+    return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+def _fsync(path: Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

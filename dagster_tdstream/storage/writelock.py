@@ -1,0 +1,63 @@
+"""One writer at a time per physical table, across threads and processes.
+
+Owns the write lock of a local warehouse's Delta tables: an exclusive ``flock`` on
+``<warehouse>/.locks/<db>.<table>.lock``, taken by every write that decides from the stored
+keys whether rows are new (INSERT, a stream's output, DELETE). Without it two writers of one
+child table could both see a timestamp as new and both append it. The kernel releases the
+lock of a killed process, so a crash never leaves a table locked; a live holder is waited for
+a bounded time. Object stores have no such lock: there a table must have one writer at a time
+(stated in the README). Must not know what is written under it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from ..errors import CatalogError
+
+WAIT_SECONDS = 120.0  # a merge of a large batch can hold a table this long on 2 cores
+
+
+class WriteLocks:
+    def __init__(self, root: Path | None) -> None:
+        """``root``: the local warehouse folder, or None for an object store (no locking)."""
+        self.folder = None if root is None else root / ".locks"
+
+    @contextmanager
+    def hold(self, tables: Iterable[tuple[str, str]]) -> Iterator[None]:
+        """Hold the locks of ``(db, table)`` pairs, taken in sorted order so that two writers
+        of the same tables cannot wait for each other."""
+        if self.folder is None:
+            yield
+            return
+        self.folder.mkdir(exist_ok=True)
+        with ExitStack() as stack:
+            for db, table in sorted(set(tables)):
+                stack.enter_context(self._one(self.folder / f"{db}.{table}.lock", f"{db}.{table}"))
+            yield
+
+    @contextmanager
+    def _one(self, path: Path, name: str) -> Iterator[None]:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + WAIT_SECONDS
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise CatalogError(
+                            f"table {name} is being written by another process for over {WAIT_SECONDS:.0f} s: try again"
+                        ) from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
