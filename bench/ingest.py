@@ -1,9 +1,11 @@
 """Benchmark: INSERT through ``Session.execute`` on a super table with 100 child tables.
 
-Times single-row INSERT statements (one Delta commit each, the way a device client writes)
-and multi-row INSERTs of 1,000 / 10,000 / 100,000 rows spread over the child tables. No
-Spark is involved: the write path is delta-rs plus the catalog. Results go to
-``bench/results/ingest.json``.
+Times single-row INSERT statements (one Delta commit each, the way a device client writes),
+multi-row INSERTs of 1,000 / 10,000 / 100,000 rows spread over the child tables, and
+``Session.write`` of an Arrow table of 1,000,000 rows into the super table (child tables
+from its ``tbname`` column). Every measurement checks afterwards that the table holds the
+rows written. No Spark is involved: the write path is Parquet, the Delta log and the
+catalog. Results go to ``bench/results/ingest.json``.
 
     .venv/bin/python bench/ingest.py --statements 200
 """
@@ -15,6 +17,8 @@ import json
 import tempfile
 import time
 from pathlib import Path
+
+import pyarrow as pa
 
 from dagster_tdstream import Session, Warehouse
 
@@ -30,6 +34,12 @@ def _session(root: str) -> Session:
     return session
 
 
+def _stored(session: Session) -> int:
+    stored = session.warehouse.stored_rows(session.warehouse.table("d", "st"))
+    assert stored is not None
+    return stored
+
+
 def single_rows(statements: int) -> float:
     """Single-row INSERT statements per second (after 20 warm-up statements)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -39,7 +49,9 @@ def single_rows(statements: int) -> float:
         started = time.perf_counter()
         for i in range(statements):
             session.execute(f"insert into c{i % TABLES} values ({START + 1000 + i}, {i}, 1.5)")
-        return statements / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        assert _stored(session) == 20 + statements
+        return statements / elapsed
 
 
 def batch(rows: int) -> float:
@@ -54,17 +66,41 @@ def batch(rows: int) -> float:
         sql = "insert into " + " ".join(parts)
         started = time.perf_counter()
         session.execute(sql)
-        return rows / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        assert _stored(session) == per_table * TABLES
+        return rows / elapsed
+
+
+def frame(rows: int) -> float:
+    """Rows per second of ``Session.write`` of one Arrow table over the child tables."""
+    with tempfile.TemporaryDirectory() as tmp:
+        session = _session(f"{tmp}/wh")
+        per_table = rows // TABLES
+        data = pa.table(
+            {
+                "tbname": pa.array([f"c{t}" for t in range(TABLES) for _ in range(per_table)]),
+                "ts": pa.array([START + k for _ in range(TABLES) for k in range(per_table)], pa.int64()),
+                "v": pa.array([k % 1000 for k in range(per_table * TABLES)], pa.int32()),
+                "f": pa.array([1.5] * (per_table * TABLES), pa.float32()),
+            }
+        )
+        started = time.perf_counter()
+        session.write("st", data)
+        elapsed = time.perf_counter() - started
+        assert _stored(session) == per_table * TABLES
+        return per_table * TABLES / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--statements", type=int, default=200)
     parser.add_argument("--batches", default="1000,10000,100000")
+    parser.add_argument("--frame", type=int, default=1_000_000, help="rows of the Session.write measurement")
     args = parser.parse_args()
     results = {"single_row_statements_per_s": round(single_rows(args.statements), 1)}
     for rows in (int(n) for n in args.batches.split(",")):
         results[f"insert_{rows}_rows_per_s"] = round(batch(rows))
+    results[f"write_frame_{args.frame}_rows_per_s"] = round(frame(args.frame))
     print(json.dumps(results, indent=2))
     out = Path(__file__).parent / "results" / "ingest.json"
     out.parent.mkdir(exist_ok=True)

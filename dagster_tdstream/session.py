@@ -152,6 +152,18 @@ class Session:
             raise QueryError("no statement to run")
         return results[-1]
 
+    def write(self, table: str, frame: Any) -> Result:
+        """Write a ``pyarrow.Table`` or pandas DataFrame into ``table`` (``name`` or ``db.name``)
+        as one write, with INSERT's checks and update semantics: columns by name, time columns
+        as Arrow/pandas timestamps or epochs in the database precision; into a super table with
+        a ``tbname`` column, child tables created as needed from their first row's tag columns."""
+        from .storage.bulk import write_frame
+
+        db, _, name = table.rpartition(".")
+        info = self.table(ast.QualifiedName(name, db or None))
+        outcome = write_frame(self.warehouse, info, frame, self.warehouse.database(info.db).precision)
+        return Result(message=f"Insert OK, {outcome.rows} row(s) affected", affected=outcome.rows)
+
     def subscribe(
         self,
         target: str,

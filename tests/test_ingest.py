@@ -231,3 +231,64 @@ def test_rows_written_by_another_tool_are_accounted_for_before_the_next_write(
     sql_session.execute("insert into c2 values (4000, 40, 4, true, 'd', 'd')")  # an update, not a second row
     assert _keys(warehouse) == [("c1", 1000), ("c1", 2000), ("c2", 4000), ("c2", 9000)]
     assert [r["v"] for r in warehouse.read_table(warehouse.table("d", "c2")).to_pylist() if r["ts"] == 4000] == [40]
+
+
+# ---------------------------------------------------------------- bulk writes from Python
+
+
+def test_a_dataframe_into_a_super_table_creates_child_tables_and_keeps_the_last_write(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    import pandas as pd
+
+    sql_session.execute(SCHEMA)
+    frame = pd.DataFrame(
+        {
+            "tbname": ["c1", "d7", "d7", "D8"],
+            "ts": pd.to_datetime([1000, 1000, 2000, 1000], unit="ms"),
+            "v": [1, 2, 3, 4],
+            "s": ["a", "b", None, "d"],
+            "g": [1, 70, 70, 80],
+        }
+    )
+    assert sql_session.write("st", frame).affected == 4
+    # d7's (1000) written again from an Arrow table, with epochs: the later write wins
+    again = pa.table({"tbname": ["d7", "d7"], "ts": [1000, 1000], "v": pa.array([20, 21], pa.int32())})
+    sql_session.write("d.st", again)
+    assert rows(warehouse) == [
+        ("c1", 1000, 1, None, None, "a", None),
+        ("d7", 1000, 21, None, None, None, None),
+        ("d7", 2000, 3, None, None, None, None),
+        ("d8", 1000, 4, None, None, "d", None),
+    ]
+    tags = {r["tbname"]: r["g"] for r in warehouse.read_table(warehouse.table("d", "st")).to_pylist()}
+    assert tags == {"c1": 1, "d7": 70, "d8": 80}  # c1 existed: its tags are kept
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        ({"tbname": ["c1"], "ts": [1], "v": [2**31]}, "out of range for column v"),
+        ({"tbname": ["c1"], "ts": [1], "f": [float("nan")]}, "out of range for column f"),
+        ({"tbname": ["c1"], "ts": [1], "f": [1e39]}, "out of range for column f"),
+        ({"tbname": ["c1"], "ts": [1], "s": ["abcdefg"]}, "longer than VARCHAR(6)"),
+        ({"tbname": ["c1"], "ts": [1], "v": [1.5]}, "cannot hold the frame's values"),
+        ({"tbname": ["c1"], "ts": [None], "v": [1]}, "primary key ts cannot be NULL"),
+        ({"tbname": [None], "ts": [1], "v": [1]}, "tbname cannot be NULL"),
+        ({"tbname": ["c1"], "ts": [1], "w": [1]}, "st has no column w"),
+        ({"ts": [1], "v": [1]}, "needs a tbname column"),
+    ],
+)
+def test_a_rejected_frame_writes_nothing(
+    sql_session: Session, warehouse: Warehouse, frame: dict[str, list[object]], message: str
+) -> None:
+    sql_session.execute(SCHEMA + "insert into c1 values (0, 0, 0, true, 'ok', 'ok')")
+    data = pa.table(frame)
+    if "tbname" in frame:  # after a good row of a new child table: that is not written either
+        data = pa.concat_tables(
+            [pa.table({"tbname": ["new"], "ts": [5], "v": [5]}), data], promote_options="permissive"
+        )
+    with pytest.raises(WriteRejectedError, match=re.escape(message)):
+        sql_session.write("st", data)
+    assert len(rows(warehouse)) == 1
+    assert warehouse.find_table("d", "new") is None
