@@ -34,6 +34,7 @@ from .errors import (
 from .families import continuous_query, legacy_stream, tsma, tsma_query
 from .families.client_options import ClientOptions
 from .families.insert import execute_insert, typed_value
+from .families.maintenance import execute_maintain
 from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
@@ -484,6 +485,9 @@ class Session:
         return Result(message="Alter OK")
 
     # ------------------------------------------------------------------ writes
+
+    def _exec_maintaindatabase(self, stmt: ast.MaintainDatabase) -> Result:
+        return execute_maintain(self, stmt)
 
     def _exec_insert(self, stmt: ast.Insert) -> Result:
         return execute_insert(self, stmt)

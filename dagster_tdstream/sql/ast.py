@@ -299,6 +299,14 @@ class CreateDatabase(Statement):
 
 
 @dataclass(frozen=True)
+class MaintainDatabase(Statement):
+    """``COMPACT DATABASE db`` or ``TRIM DATABASE db`` (``action``: COMPACT | TRIM)."""
+
+    action: str
+    name: str
+
+
+@dataclass(frozen=True)
 class DropDatabase(Statement):
     name: str
     if_exists: bool

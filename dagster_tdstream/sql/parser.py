@@ -334,6 +334,8 @@ class _Parser:
             "RESUME": self.start_stream,
             "RECALCULATE": self.recalculate,
             "KILL": self.kill_stream,
+            "COMPACT": self.maintain_database,
+            "TRIM": self.maintain_database,
         }
         handler = handlers.get(word)
         if handler is None:
@@ -535,6 +537,18 @@ class _Parser:
         if match is None:
             raise self.error("a stream id such as 3:1 (connId:streamId, as SHOW STREAMS shows it)", tok)
         return ast.KillStream(None, int(match.group(1)))
+
+    def maintain_database(self) -> ast.MaintainDatabase:
+        """``COMPACT DATABASE db`` / ``TRIM DATABASE db`` (TDengine's; the time range a
+        COMPACT may name is accepted and the whole database compacted)."""
+        action = self.next().upper
+        self.expect_word("DATABASE")
+        name = self.ident("a database name").name
+        if action == "COMPACT":
+            for word in ("START", "END"):
+                if self.accept_words(word, "WITH"):
+                    self.expression()
+        return ast.MaintainDatabase(action, name)
 
     def use(self) -> ast.UseDatabase:
         self.expect_word("USE")

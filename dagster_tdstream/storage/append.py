@@ -50,15 +50,20 @@ def append_commit(table: Path, after: int, rows: pa.Table, commit_info: dict[str
         "dataChange": True,
         "stats": json.dumps(_stats(rows), separators=(",", ":")),
     }
-    info = {
-        "timestamp": now,
-        "operation": "WRITE",
-        "operationParameters": {"mode": "Append"},
-        "isBlindAppend": True,
-        "engineInfo": "dagster-tdstream",
-        **commit_info,
-    }
-    entry = f"{json.dumps({'commitInfo': info})}\n{json.dumps({'add': add})}\n".encode()
+    return commit_actions(
+        table,
+        after,
+        [{"add": add}],
+        {"operation": "WRITE", "operationParameters": {"mode": "Append"}, "isBlindAppend": True, **commit_info},
+    )
+
+
+def commit_actions(table: Path, after: int, actions: list[dict[str, Any]], commit_info: dict[str, Any]) -> int:
+    """Commit ``actions`` (adds and removes that commute with other writers' appends) as the
+    version after ``after`` or, if other writers took versions meanwhile, the next free one."""
+    info = {"timestamp": time.time_ns() // 1_000_000, "engineInfo": "dagster-tdstream", **commit_info}
+    lines = [json.dumps({"commitInfo": info}), *(json.dumps(action) for action in actions)]
+    entry = ("\n".join(lines) + "\n").encode()
     staged = table / "_delta_log" / f".tdstream-{uuid.uuid4()}.json.tmp"
     with open(staged, "wb") as out:
         out.write(entry)

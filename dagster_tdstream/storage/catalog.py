@@ -677,6 +677,17 @@ class Catalog:
                 select(func.max(checkpoints_table.c.offset)).where(checkpoints_table.c.stream == stream)
             ).scalar_one()
 
+    def oldest_pending_offset(self, stream: str) -> int | None:
+        """The oldest WAL offset among the stream's triggers not yet computed."""
+        from sqlalchemy import func
+
+        with self._conn(None) as c:
+            return c.execute(
+                select(func.min(triggers_table.c.offset)).where(
+                    and_(triggers_table.c.stream == stream, triggers_table.c.status != "done")
+                )
+            ).scalar_one()
+
     def last_checkpoint_at(self, stream: str) -> int | None:
         """When the stream's trigger last checkpointed its state (epoch ms)."""
         from sqlalchemy import func

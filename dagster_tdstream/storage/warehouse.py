@@ -25,6 +25,7 @@ from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
+from .maintenance import maintain, maintenance_due
 from .types import arrow_schema, arrow_type
 from .writelock import WriteLocks
 
@@ -267,6 +268,8 @@ class Warehouse:
                 failpoint("after-data-commit")
                 new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
                 self._record(db, storage, new_marks, before, version)
+                if maintenance_due(version):  # small files and expired data, as writes accumulate
+                    maintain(self, db, storage, locked=True)
                 total += table.num_rows
                 merged_any |= needs_merge
                 versions[f"{db}.{storage}"] = version

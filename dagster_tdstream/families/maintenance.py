@@ -1,0 +1,36 @@
+"""``COMPACT DATABASE`` and ``TRIM DATABASE``: maintenance of every table of a database on demand.
+
+Owns mapping TDengine's two statements onto ``storage/maintenance.py`` (which also runs on its
+own as writes accumulate): COMPACT merges small files and vacuums what no reader needs, TRIM
+drops the data files KEEP has expired. Must not touch files itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..results import Result
+from ..sql import ast
+from ..storage.maintenance import Maintained, maintain
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+
+def execute_maintain(session: Session, stmt: ast.MaintainDatabase) -> Result:
+    db = stmt.name.lower()
+    warehouse = session.warehouse
+    warehouse.database(db)
+    done = [
+        maintain(warehouse, db, table.storage_name, trim_only=stmt.action == "TRIM")
+        for table in warehouse.catalog.list_tables(db, ("super", "normal"))
+    ]
+    total = Maintained(
+        sum(d.files_trimmed for d in done), sum(d.files_compacted for d in done), sum(d.files_vacuumed for d in done)
+    )
+    if stmt.action == "TRIM":
+        return Result(message=f"Trim OK: {total.files_trimmed} expired data file(s) removed from {len(done)} table(s)")
+    return Result(
+        message=f"Compact OK: {total.files_compacted} file(s) compacted, {total.files_trimmed} expired, "
+        f"{total.files_vacuumed} unreferenced file(s) deleted in {len(done)} table(s)"
+    )

@@ -1,0 +1,194 @@
+"""Keeping tables fast for months: compaction, vacuum and the database's KEEP.
+
+Owns the maintenance of one physical table, under its write lock, and when it runs on its own
+(after every ``COMPACT_EVERY``-th version a write commits; ``COMPACT DATABASE`` and ``TRIM
+DATABASE`` run it on demand):
+
+- **KEEP** (TDengine trims expired data by whole data files): files whose newest key is older
+  than now − KEEP leave the table in one commit whose removes say ``dataChange: false`` — the
+  change feed, the trigger engine and subscriptions do not see them as deletes, so a stream's
+  results and a TSMA's states stay as they are.
+- **Compaction**: delta-rs's bin-packing OPTIMIZE; its commit changes no data either.
+- **Vacuum**: deletes a file only when the current snapshot does not hold it, no log entry from
+  the oldest version a reader still needs onwards names it (a stream's checkpoint or queued
+  triggers: the change feed of later versions reads the files those versions added or
+  removed), and it is older than the retention (``TDSTREAM_VACUUM_RETENTION_HOURS``, default
+  Delta's 168 h, which also covers subscriptions, whose progress only their clients hold).
+
+Each maintenance commit carries no keys, and a catalog that accounted for the version before it
+accounts for it after. Must not decide what a stream reads: it only asks where streams are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ..sql.timeunits import parse_duration
+from .append import commit_actions, log_path
+from .delta import MARKS_KEY, is_local, local_path
+
+if TYPE_CHECKING:
+    from .warehouse import Warehouse
+
+COMPACT_EVERY = 200  # versions between automatic maintenance runs of a table
+RETENTION_ENV = "TDSTREAM_VACUUM_RETENTION_HOURS"
+_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
+DEFAULT_RETENTION_HOURS = 168.0
+
+
+@dataclass(frozen=True)
+class Maintained:
+    """What one maintenance run did to a table."""
+
+    files_trimmed: int = 0
+    files_compacted: int = 0
+    files_vacuumed: int = 0
+
+
+def maintain(
+    warehouse: Warehouse, db: str, storage: str, *, locked: bool = False, trim_only: bool = False
+) -> Maintained:
+    """Trim, compact and vacuum one physical table (``locked``: the caller holds its lock;
+    ``trim_only``: KEEP only, as TRIM DATABASE)."""
+    if not is_local(warehouse.delta.uri(db, storage)):
+        return Maintained()  # object stores: the files are the store's to manage
+    if not locked:
+        with warehouse.locks.hold([(db, storage)]):
+            return maintain(warehouse, db, storage, locked=True, trim_only=trim_only)
+    trimmed = _accounted(warehouse, db, storage, lambda: _trim(warehouse, db, storage))
+    if trim_only:
+        return Maintained(trimmed)
+    compacted = _accounted(warehouse, db, storage, lambda: _compact(warehouse, db, storage))
+    return Maintained(trimmed, compacted, _vacuum(warehouse, db, storage))
+
+
+def _accounted(warehouse: Warehouse, db: str, storage: str, operation: object) -> int:
+    """Run a data-preserving commit; the catalog's marks stay valid across it."""
+    before = warehouse.delta.latest_version(db, storage)
+    verified = warehouse.catalog.verified_version(db, storage)
+    done = operation()  # type: ignore[operator]
+    after = warehouse.delta.latest_version(db, storage)
+    if after != before and verified == before:
+        warehouse.catalog.record_writes(db, storage, {}, after)
+    return int(done)
+
+
+def keep_cutoff(options: dict[str, str], precision: str, now_ms: int) -> int | None:
+    """The oldest key KEEP still holds, in the precision (its last value: TDengine's tiered
+    KEEP a,b,c keeps data until the last); None without KEEP."""
+    keep = options.get("KEEP")
+    if not keep:
+        return None
+    duration = parse_duration(keep.split(",")[-1].strip())
+    return now_ms * _PER_MS[precision] - duration.in_precision(precision)
+
+
+def _trim(warehouse: Warehouse, db: str, storage: str) -> int:
+    info = warehouse.database(db)
+    cutoff = keep_cutoff(info.options, info.precision, time.time_ns() // 1_000_000)
+    if cutoff is None:
+        return 0
+    table = warehouse.find_table(db, storage)
+    if table is None:
+        return 0
+    pk = table.primary_key
+    dt = warehouse.delta.current(db, storage)
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    expired = [a for a in actions if a.get(f"max.{pk}") is not None and a[f"max.{pk}"] < cutoff]
+    if not expired:
+        return 0
+    now = time.time_ns() // 1_000_000
+    removes = [
+        {
+            "remove": {
+                "path": a["path"],
+                "deletionTimestamp": now,
+                "dataChange": False,  # retention, not a delete a stream should recalculate for
+                "extendedFileMetadata": True,
+                "partitionValues": {},
+                "size": a["size_bytes"],
+            }
+        }
+        for a in expired
+    ]
+    path = local_path(warehouse.delta.uri(db, storage))
+    after = warehouse.delta.latest_version(db, storage)
+    commit_actions(
+        path,
+        after,
+        removes,
+        {"operation": "DELETE", "operationParameters": {"predicate": f"KEEP: {pk} < {cutoff}"}, MARKS_KEY: "{}"},
+    )
+    return len(expired)
+
+
+def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
+    dt = warehouse.delta.current(db, storage)
+    if len(dt.file_uris()) < 2:
+        return 0
+    metrics = dt.optimize.compact()
+    return int(metrics.get("numFilesRemoved", 0))
+
+
+def _vacuum(warehouse: Warehouse, db: str, storage: str) -> int:
+    path = local_path(warehouse.delta.uri(db, storage))
+    current = warehouse.delta.latest_version(db, storage)
+    needed = min(_oldest_needed(warehouse, db, storage), current)
+    referenced = set(warehouse.delta.current(db, storage).file_uris())
+    referenced = {uri.rsplit("/", 1)[-1] for uri in referenced}
+    for version in range(needed, current + 1):
+        try:
+            lines = log_path(path, version).read_text().splitlines()
+        except FileNotFoundError:
+            return 0  # a log entry a reader may need is gone: delete nothing
+        for line in lines:
+            action = json.loads(line)
+            for kind in ("add", "remove", "cdc"):
+                if kind in action:
+                    referenced.add(action[kind]["path"].rsplit("/", 1)[-1])
+    hours = float(os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_HOURS))
+    older_than = time.time() - hours * 3600
+    deleted = 0
+    for folder in (path, path / "_change_data"):
+        if not folder.is_dir():
+            continue
+        for file in folder.iterdir():
+            if not file.name.endswith(".parquet") or file.name in referenced:
+                continue
+            if file.stat().st_mtime < older_than:
+                file.unlink(missing_ok=True)
+                deleted += 1
+    return deleted
+
+
+def _oldest_needed(warehouse: Warehouse, db: str, storage: str) -> int:
+    """The oldest version of the table a stream still reads from (its checkpoint, or a queued
+    trigger's offset); past the newest version when no stream reads it."""
+    from .registry import load_streams
+
+    oldest = 2**62
+    for stream in load_streams(warehouse):
+        table = stream.trigger_table
+        if table is None or table.db != db or table.storage_name != storage:
+            continue
+        checkpoint = warehouse.catalog.latest_checkpoint_offset(stream.key)
+        start = stream.info.start_offset if checkpoint is None else checkpoint
+        pending = warehouse.catalog.oldest_pending_offset(stream.key)
+        oldest = min(oldest, start, pending if pending is not None else start)
+    return oldest
+
+
+def maintenance_due(version: int) -> bool:
+    return version > 0 and version % COMPACT_EVERY == 0
+
+
+def table_files(path: Path) -> int:
+    """How many data files a local table's folder holds (benchmarks and tests)."""
+    return sum(1 for file in path.iterdir() if file.name.endswith(".parquet"))

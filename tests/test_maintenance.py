@@ -1,0 +1,90 @@
+"""Tables that stay fast: compaction as writes accumulate, vacuum that keeps what a stream still
+reads, KEEP through TRIM DATABASE — with a stream running across them, its output checked
+against the batch query."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from dagster_tdstream import Session, StreamHarness, Warehouse
+from dagster_tdstream.storage.maintenance import COMPACT_EVERY, RETENTION_ENV, table_files
+
+from .conftest import output
+
+T = 1_700_000_000_000
+
+
+def _operations(warehouse: Warehouse, db: str, table: str) -> list[str]:
+    return [entry["operation"] for entry in reversed(DeltaTable(warehouse.delta.uri(db, table)).history())]
+
+
+def test_small_writes_are_compacted_and_vacuumed_while_a_stream_reads_them(
+    session: Session, harness: StreamHarness, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(RETENTION_ENV, "0")  # files may go as soon as no reader needs them
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table c1 using st tags (1);"
+        "create stream s interval(10s) sliding(10s) from st partition by tbname into out "
+        "as select _twstart ws, count(*) n, sum(v) total from %%trows"
+    )
+    version = warehouse.delta.latest_version("d", "st")
+    first = COMPACT_EVERY - version - 20  # the stream reads these before the table is compacted
+    for i in range(first):
+        session.execute(f"insert into c1 values ({T + i * 1000}, {i})")
+    assert harness.run_until_idle().failures == []
+    for i in range(first, first + 40):  # passes the COMPACT_EVERY-th version
+        session.execute(f"insert into c1 values ({T + i * 1000}, {i})")
+    assert "OPTIMIZE" in _operations(warehouse, "d", "st")
+    table = Path(warehouse.delta.uri("d", "st"))
+    assert len(DeltaTable(str(table)).file_uris()) < 30  # the small files became one
+    # the stream had not read past the compaction: the files it replaced are all still there
+    assert table_files(table) >= first + 40
+
+    assert harness.run_until_idle().failures == []
+    rows = first + 40
+    closed = T + (rows - 1) // 10 * 10_000  # the last row's window is still open
+    expected = output(session, f"select _wstart, count(*), sum(v) from c1 where ts < {closed} interval(10s)")
+    assert output(session, "select ws, n, total from out") == expected
+    # the stream has read past the compaction: COMPACT DATABASE's vacuum may now delete them
+    message = session.execute("compact database d")[0].message
+    assert message.startswith("Compact OK") and "unreferenced file(s) deleted" in message
+    assert table_files(table) < 30
+    assert output(session, "select count(*), sum(v) from st") == [(rows, sum(range(rows)))]
+    late = T + rows * 1000 + 60_000
+    session.execute(f"insert into c1 values ({late}, 0)")  # closes the open window (and empty ones)
+    assert harness.run_until_idle().failures == []
+    written = [row for row in output(session, "select ws, n, total from out") if row[1] > 0]
+    assert written == output(session, f"select _wstart, count(*), sum(v) from c1 where ts < {late} interval(10s)")
+
+
+def test_keep_trims_expired_files_without_touching_stream_results(
+    session: Session, harness: StreamHarness, warehouse: Warehouse
+) -> None:
+    now = time.time_ns() // 1_000_000 // 10_000 * 10_000
+    old = now - 3 * 86_400_000  # three days back: past KEEP 1d
+    session.execute(
+        "create database r; create database k keep 1d; use k;"
+        "create stable st (ts timestamp, v int) tags (g int); create table c1 using st tags (1);"
+        # the results live in a database without KEEP: what trimming k must not change
+        "create stream s interval(10s) sliding(10s) from st partition by tbname into r.out "
+        "as select _twstart ws, count(*) n from %%trows"
+    )
+    session.execute(f"insert into c1 values ({old}, 1) ({old + 1000}, 2) ({old + 11_000}, 3)")
+    session.execute(f"insert into c1 values ({now}, 4) ({now + 1000}, 5)")
+    assert harness.run_until_idle().failures == []
+    before = output(session, "select ws, n from r.out")
+    assert before[:2] == [(old, 2), (old + 10_000, 1)]
+
+    assert session.execute("trim database k")[0].message == "Trim OK: 1 expired data file(s) removed from 1 table(s)"
+    assert output(session, "select ts, v from c1") == [(now, 4), (now + 1000, 5)]
+    session.execute(f"insert into c1 values ({now + 2000}, 6)")
+    assert harness.run_until_idle().failures == []
+    # the expired rows left the table, not the stream's results: no window was recalculated
+    assert output(session, "select ws, n from r.out")[: len(before)] == before
+    history = DeltaTable(warehouse.delta.uri("k", "st")).history()
+    assert [str(entry["operationParameters"]) for entry in history if "KEEP" in str(entry)] != []
