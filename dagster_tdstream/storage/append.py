@@ -37,25 +37,30 @@ def log_path(table: Path, version: int) -> Path:
 def append_commit(table: Path, after: int, rows: pa.Table, commit_info: dict[str, Any]) -> int:
     """Commit ``rows`` as one new file of the table whose newest version is ``after`` (or later,
     when another writer committed meanwhile and only added files); returns the new version."""
-    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    data_file = table / name
-    pq.write_table(rows, data_file, compression="snappy")
-    _fsync(data_file)
-    now = time.time_ns() // 1_000_000
-    add = {
-        "path": name,
-        "partitionValues": {},
-        "size": data_file.stat().st_size,
-        "modificationTime": now,
-        "dataChange": True,
-        "stats": json.dumps(_stats(rows), separators=(",", ":")),
-    }
+    add = write_data_file(table, rows, data_change=True)
     return commit_actions(
         table,
         after,
         [{"add": add}],
         {"operation": "WRITE", "operationParameters": {"mode": "Append"}, "isBlindAppend": True, **commit_info},
     )
+
+
+def write_data_file(table: Path, rows: pa.Table, *, data_change: bool) -> dict[str, Any]:
+    """Write ``rows`` as a new Parquet file of the table (fsynced) and return its ``add``
+    action (``data_change`` False: rows rewritten, as by compaction, not new ones)."""
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    data_file = table / name
+    pq.write_table(rows, data_file, compression="snappy")
+    _fsync(data_file)
+    return {
+        "path": name,
+        "partitionValues": {},
+        "size": data_file.stat().st_size,
+        "modificationTime": time.time_ns() // 1_000_000,
+        "dataChange": data_change,
+        "stats": json.dumps(_stats(rows), separators=(",", ":")),
+    }
 
 
 def commit_actions(table: Path, after: int, actions: list[dict[str, Any]], commit_info: dict[str, Any]) -> int:

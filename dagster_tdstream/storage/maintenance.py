@@ -8,7 +8,9 @@ DATABASE`` run it on demand):
   than now − KEEP leave the table in one commit whose removes say ``dataChange: false`` — the
   change feed, the trigger engine and subscriptions do not see them as deletes, so a stream's
   results and a TSMA's states stay as they are.
-- **Compaction**: delta-rs's bin-packing OPTIMIZE; its commit changes no data either.
+- **Compaction**: the small files (under 1 MiB) merged into one, sorted by key, in a commit
+  that changes no data either (only small files are rewritten, unlike delta-rs's OPTIMIZE,
+  which re-packs every file under 100 MB at each run).
 - **Vacuum**: deletes a file only when the current snapshot does not hold it, no log entry from
   the oldest version a reader still needs onwards names it (a stream's checkpoint or queued
   triggers: the change feed of later versions reads the files those versions added or
@@ -26,18 +28,21 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 
 from ..sql.timeunits import parse_duration
-from .append import commit_actions, log_path
+from .append import commit_actions, log_path, write_data_file
 from .delta import MARKS_KEY, is_local, local_path
 
 if TYPE_CHECKING:
     from .warehouse import Warehouse
 
-COMPACT_EVERY = 200  # versions between automatic maintenance runs of a table
+COMPACT_EVERY = 50  # versions between automatic maintenance runs of a table
+SMALL_FILE_BYTES = 1 << 20  # files below this are merged by compaction
 RETENTION_ENV = "TDSTREAM_VACUUM_RETENTION_HOURS"
 _PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 DEFAULT_RETENTION_HOURS = 168.0
@@ -104,20 +109,7 @@ def _trim(warehouse: Warehouse, db: str, storage: str) -> int:
     expired = [a for a in actions if a.get(f"max.{pk}") is not None and a[f"max.{pk}"] < cutoff]
     if not expired:
         return 0
-    now = time.time_ns() // 1_000_000
-    removes = [
-        {
-            "remove": {
-                "path": a["path"],
-                "deletionTimestamp": now,
-                "dataChange": False,  # retention, not a delete a stream should recalculate for
-                "extendedFileMetadata": True,
-                "partitionValues": {},
-                "size": a["size_bytes"],
-            }
-        }
-        for a in expired
-    ]
+    removes = _removed(expired)  # retention, not a delete a stream should recalculate for
     path = local_path(warehouse.delta.uri(db, storage))
     after = warehouse.delta.latest_version(db, storage)
     commit_actions(
@@ -130,11 +122,47 @@ def _trim(warehouse: Warehouse, db: str, storage: str) -> int:
 
 
 def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
+    """Merge the table's small files (under ``SMALL_FILE_BYTES``) into one, sorted by the
+    primary key (time locality keeps key-range pruning useful). Only small files are rewritten
+    — delta-rs's OPTIMIZE re-packs every file under its 100 MB target, so a live table's
+    growing compacted file was rewritten again at each run."""
     dt = warehouse.delta.current(db, storage)
-    if len(dt.file_uris()) < 2:
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    small = [a for a in actions if a["size_bytes"] < SMALL_FILE_BYTES]
+    if len(small) < 2:
         return 0
-    metrics = dt.optimize.compact()
-    return int(metrics.get("numFilesRemoved", 0))
+    path = local_path(warehouse.delta.uri(db, storage))
+    schema = pa.schema(dt.schema().to_arrow())
+    rows = pads.dataset([str(path / unquote(a["path"])) for a in small], format="parquet", schema=schema).to_table()
+    table = warehouse.find_table(db, storage)
+    if table is not None:
+        rows = rows.sort_by([(table.primary_key, "ascending")])
+    add = write_data_file(path, rows, data_change=False)
+    removes = _removed(small)
+    after = warehouse.delta.latest_version(db, storage)
+    commit_actions(
+        path, after, [{"add": add}, *removes], {"operation": "OPTIMIZE", "operationParameters": {}, MARKS_KEY: "{}"}
+    )
+    return len(small)
+
+
+def _removed(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Remove actions for files (rows of ``get_add_actions``) that change no data: the change
+    feed does not read them as deletes."""
+    now = time.time_ns() // 1_000_000
+    return [
+        {
+            "remove": {
+                "path": a["path"],
+                "deletionTimestamp": now,
+                "dataChange": False,
+                "extendedFileMetadata": True,
+                "partitionValues": {},
+                "size": a["size_bytes"],
+            }
+        }
+        for a in files
+    ]
 
 
 def _vacuum(warehouse: Warehouse, db: str, storage: str) -> int:
