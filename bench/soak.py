@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -125,6 +126,10 @@ def main() -> None:
     out = Path(__file__).parent / "results" / "soak.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
+    sys.stdout.flush()
+    # each Session's Spark Connect client retries its at-exit cleanup against the server just
+    # stopped (pyspark's _on_exit), which hangs the interpreter's exit: leave without it
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ import signal
 FAILPOINT_ENV = "TDSTREAM_FAILPOINT"
 # the points, in the order a run passes them
 FAILPOINTS = ("before-output-commit", "after-output-commit", "after-triggers-finished", "notification-sent")
-# the points of a write: its Delta commit is made, the catalog's marks are not yet recorded
-WRITE_FAILPOINTS = ("after-data-commit",)
+# the points of a write: its Delta commit is made, the catalog's marks are not yet recorded;
+# a statement's first table is committed, the next not yet
+WRITE_FAILPOINTS = ("after-data-commit", "between-table-commits")
 
 
 def failpoint(name: str) -> None:

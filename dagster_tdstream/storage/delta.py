@@ -127,14 +127,17 @@ class DeltaStore:
         self._latest[uri] = (identity, version)
         return version
 
-    def append(self, db: str, table: str, rows: pa.Table, marks: dict[str, int]) -> int:
+    def append(
+        self, db: str, table: str, rows: pa.Table, marks: dict[str, int], extra: dict[str, str] | None = None
+    ) -> int:
+        """Append rows; ``extra``: more commit info (the write intent a commit belongs to)."""
         uri = self.uri(db, table)
         if not is_local(uri):
             dt = self.current(db, table)
-            write_deltalake(dt, rows, mode="append", commit_properties=_marked(marks))
+            write_deltalake(dt, rows, mode="append", commit_properties=_marked(marks, extra))
             return dt.version()  # the handle follows its own commit
         after = self.latest_version(db, table)
-        version = append_commit(local_path(uri), after, rows, _marks_metadata(marks))
+        version = append_commit(local_path(uri), after, rows, _marks_metadata(marks, extra))
         self._latest[uri] = (self._latest[uri][0], version)
         if version % CHECKPOINT_INTERVAL == 0:  # readers replay the log from the last checkpoint
             self.current(db, table).create_checkpoint()
@@ -148,6 +151,7 @@ class DeltaStore:
         keys: tuple[str, ...],
         marks: dict[str, int],
         delete_unmatched: str | None = None,
+        extra: dict[str, str] | None = None,
     ) -> int:
         """Insert rows; a row whose key exists replaces it (TDengine: the later write wins).
         ``delete_unmatched`` (a predicate on target ``t``) also removes, in the same commit,
@@ -155,7 +159,7 @@ class DeltaStore:
         predicate = " AND ".join(f't."{k}" = s."{k}"' for k in keys)
         dt = self.current(db, table)
         merger = (
-            dt.merge(rows, predicate, source_alias="s", target_alias="t", commit_properties=_marked(marks))
+            dt.merge(rows, predicate, source_alias="s", target_alias="t", commit_properties=_marked(marks, extra))
             .when_matched_update_all()
             .when_not_matched_insert_all()
         )
@@ -163,6 +167,19 @@ class DeltaStore:
             merger = merger.when_not_matched_by_source_delete(delete_unmatched)
         merger.execute()
         return dt.version()
+
+    def has_commit(self, db: str, table: str, start: int, key: str, value: str) -> bool:
+        """Whether a commit from version ``start`` on carries ``key: value`` in its commit info."""
+        path = local_path(self.uri(db, table))
+        for version in range(start, self.latest_version(db, table) + 1):
+            try:
+                head = log_path(path, version).read_text().splitlines()
+            except FileNotFoundError:
+                continue
+            for line in head:
+                if line.startswith('{"commitInfo"') and json.loads(line)["commitInfo"].get(key) == value:
+                    return True
+        return False
 
     def commit_marks(self, db: str, table: str, start: int, end: int) -> dict[str, int] | None:
         """The newest key per table name written by versions [start, end], from their commit
@@ -309,12 +326,12 @@ class DeltaStore:
         return self.current(db, table)  # none yet, or the table was dropped and created again
 
 
-def _marks_metadata(marks: dict[str, int]) -> dict[str, str]:
-    return {MARKS_KEY: json.dumps(marks, separators=(",", ":"))}
+def _marks_metadata(marks: dict[str, int], extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {MARKS_KEY: json.dumps(marks, separators=(",", ":")), **(extra or {})}
 
 
-def _marked(marks: dict[str, int]) -> CommitProperties:
-    return CommitProperties(custom_metadata=_marks_metadata(marks))
+def _marked(marks: dict[str, int], extra: dict[str, str] | None = None) -> CommitProperties:
+    return CommitProperties(custom_metadata=_marks_metadata(marks, extra))
 
 
 def _integers(low: object, high: object) -> bool:

@@ -10,6 +10,7 @@ parsing SQL is the session's job, reading for queries is ``spark_read.py``'s.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
+from .intents import WRITE_KEY, Intent, Intents, StagedTable
 from .maintenance import maintain, maintenance_due
 from .types import arrow_schema, arrow_type
 from .writelock import WriteLocks
@@ -86,9 +88,11 @@ class Warehouse:
         self.catalog = Catalog(url)
         self.delta = DeltaStore(self.uri, storage_options)
         self.locks = WriteLocks(local_path(self.uri) if is_local(self.uri) else None)
+        self.intents = Intents(local_path(self.uri) if is_local(self.uri) else None)
         # (db, table, table id) → (version, table name → newest key or None): the catalog's
         # marks as this process last wrote or read them, valid while the table is at that version
         self._marks: dict[tuple[str, str, str], tuple[int, dict[str, int | None]]] = {}
+        self.recover_writes()  # a statement half-written by a process that died
 
     def close(self) -> None:
         self.catalog.dispose()
@@ -228,6 +232,7 @@ class Warehouse:
         ``range_predicate``/``keys_predicate``) the matching rows that ``batches`` do not write
         again are removed in the same commit (recalculation overwrites a range of a stream's
         output, or retracts windows that disappeared)."""
+        self.recover_writes()  # an earlier statement's tables first: their rows came before these
         created = self.create_child_tables(new_children)
         try:
             if replace_where is not None:
@@ -247,33 +252,77 @@ class Warehouse:
         # every table's rows become Arrow before the first commit: a value Arrow refuses
         # rejects the whole statement, not the tables after the ones already committed
         prepared = [
-            (db, storage, group, *_storage_rows(group, group[0].table.columns, group[0].table.kind != "normal"))
-            for (db, storage), group in by_storage.items()
+            (
+                _staged_table(group[0].table),
+                *_storage_rows(group, group[0].table.columns, group[0].table.kind != "normal"),
+            )
+            for group in by_storage.values()
         ]
         total = 0
         merged_any = False
         versions: dict[str, int] = {}
         with self.locks.hold(by_storage):
-            for db, storage, group, table, batch_min, batch_max in prepared:
-                first = group[0].table
-                before, watermarks = self._watermarks(
-                    db, storage, list(batch_max), first.primary_key, first.kind != "normal"
-                )
-                needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
-                keys = ("tbname", first.primary_key) if first.kind != "normal" else (first.primary_key,)
-                if needs_merge:
-                    version = self.delta.upsert(db, storage, table, keys, batch_max)
-                else:
-                    version = self.delta.append(db, storage, table, batch_max)
-                failpoint("after-data-commit")
-                new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
-                self._record(db, storage, new_marks, before, version)
-                if maintenance_due(version):  # small files and expired data, as writes accumulate
-                    maintain(self, db, storage, locked=True)
+            intent = None
+            if len(prepared) > 1:  # several commits: staged first, so a crash between them rolls forward
+                staged = [
+                    (dataclasses.replace(t, after=self.delta.latest_version(t.db, t.storage)), rows)
+                    for t, rows, _, _ in prepared
+                ]
+                intent = self.intents.stage(staged)
+            for index, (target, table, batch_min, batch_max) in enumerate(prepared):
+                if index:
+                    failpoint("between-table-commits")
+                version, merged = self._write_table(target, table, batch_min, batch_max, intent)
                 total += table.num_rows
-                merged_any |= needs_merge
-                versions[f"{db}.{storage}"] = version
+                merged_any |= merged
+                versions[f"{target.db}.{target.storage}"] = version
+            if intent is not None:
+                self.intents.finished(intent)
         return WriteResult(total, merged_any, versions)
+
+    def _write_table(
+        self,
+        target: StagedTable,
+        table: pa.Table,
+        batch_min: dict[str, int],
+        batch_max: dict[str, int],
+        intent: Intent | None,
+    ) -> tuple[int, bool]:
+        """One physical table's rows as one commit, under its lock: appended when every row is
+        newer than its table's newest key, merged otherwise; returns (version, merged)."""
+        db, storage, pk = target.db, target.storage, target.primary_key
+        before, watermarks = self._watermarks(db, storage, list(batch_max), pk, target.is_super)
+        needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
+        keys = ("tbname", pk) if target.is_super else (pk,)
+        extra = {WRITE_KEY: intent.id} if intent is not None else None
+        if needs_merge:
+            version = self.delta.upsert(db, storage, table, keys, batch_max, extra=extra)
+        else:
+            version = self.delta.append(db, storage, table, batch_max, extra)
+        failpoint("after-data-commit")
+        new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
+        self._record(db, storage, new_marks, before, version)
+        if maintenance_due(version):  # small files and expired data, as writes accumulate
+            maintain(self, db, storage, locked=True)
+        return version, needs_merge
+
+    def recover_writes(self) -> int:
+        """Roll forward the statements whose writer died between the commits of their tables
+        (see ``intents.py``); how many were."""
+        recovered = 0
+        for intent in self.intents.unfinished():
+            with self.locks.hold((t.db, t.storage) for t in intent.tables):
+                if not intent.folder.exists():  # its writer was alive and has finished
+                    continue
+                for target in intent.tables:
+                    if self.delta.has_commit(target.db, target.storage, target.after + 1, WRITE_KEY, intent.id):
+                        continue
+                    rows = intent.rows(target)
+                    batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
+                    self._write_table(target, rows, batch_min, batch_max, intent)
+                self.intents.finished(intent)
+                recovered += 1
+        return recovered
 
     def _replace(self, table: TableInfo, batches: Sequence[WriteBatch], replace_where: str) -> WriteResult:
         storage = table.storage_name
@@ -479,18 +528,27 @@ def _storage_rows(
         numbered = data.select(keys).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
         last = numbered.group_by(keys, use_threads=False).aggregate([("__row", "max")]).column("__row_max")
         data = data.take(pc.take(last, pc.sort_indices(last)))  # in the order written
-    names = [batch.table.name for batch in group]
+    batch_min, batch_max = _key_spans(data, pk, is_super, group[0].table.name)
+    return data, batch_min, batch_max
+
+
+def _key_spans(data: pa.Table, pk: str, is_super: bool, name: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Each table name's smallest and largest key in ``data`` (``name``: a normal table's)."""
     if is_super:
         spans = data.group_by("tbname", use_threads=False).aggregate([(pk, "min"), (pk, "max")])
         names = spans.column("tbname").to_pylist()
         lows, highs = spans.column(f"{pk}_min").to_pylist(), spans.column(f"{pk}_max").to_pylist()
     else:
         extremes = pc.min_max(data.column(pk))
-        lows, highs = [extremes["min"].as_py()], [extremes["max"].as_py()]
-        names = names[:1]
-    batch_min = {name: low for name, low in zip(names, lows, strict=True) if low is not None}
-    batch_max = {name: high for name, high in zip(names, highs, strict=True) if high is not None}
-    return data, batch_min, batch_max
+        names, lows, highs = [name], [extremes["min"].as_py()], [extremes["max"].as_py()]
+    batch_min = {n: low for n, low in zip(names, lows, strict=True) if low is not None}
+    batch_max = {n: high for n, high in zip(names, highs, strict=True) if high is not None}
+    return batch_min, batch_max
+
+
+def _staged_table(table: TableInfo) -> StagedTable:
+    """What a write intent keeps of a physical table (``after`` is set when it is staged)."""
+    return StagedTable(table.db, table.storage_name, -1, table.kind != "normal", table.primary_key, table.name)
 
 
 def _unique_keys(group: Sequence[WriteBatch]) -> bool:
