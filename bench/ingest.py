@@ -3,9 +3,10 @@
 Times single-row INSERT statements (one Delta commit each, the way a device client writes),
 multi-row INSERTs of 1,000 / 10,000 / 100,000 rows spread over the child tables, and
 ``Session.write`` of an Arrow table of 1,000,000 rows into the super table (child tables
-from its ``tbname`` column). Every measurement checks afterwards that the table holds the
-rows written. No Spark is involved: the write path is Parquet, the Delta log and the
-catalog. Results go to ``bench/results/ingest.json``.
+from its ``tbname`` column), and single-row INSERTs from ``--clients`` processes at once
+(group commit: how many statements/s in all, in how many Delta commits). Every measurement
+checks afterwards that the table holds the rows written. No Spark is involved: the write
+path is Parquet, the Delta log and the catalog. Results go to ``bench/results/ingest.json``.
 
     .venv/bin/python bench/ingest.py --statements 200
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -71,6 +74,46 @@ def batch(rows: int) -> float:
         return rows / elapsed
 
 
+_CLIENT = """
+import sys
+from dagster_tdstream import Session, Warehouse
+session = Session(Warehouse(sys.argv[1]), database="d", timezone="UTC")
+client, statements, start = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+sys.stdout.write("ready\\n"); sys.stdout.flush(); sys.stdin.readline()
+for i in range(statements):
+    session.execute(f"insert into c{(client * 7 + i) % 100} values ({start + client * 1_000_000 + i}, {i}, 1.5)")
+"""
+
+
+def concurrent(clients: int, statements: int) -> tuple[float, int]:
+    """Single-row INSERT statements/s summed over ``clients`` processes writing one super table
+    at once (group commit combines them), and how many Delta commits they took."""
+    with tempfile.TemporaryDirectory() as tmp:
+        session = _session(f"{tmp}/wh")
+        before = session.warehouse.delta.latest_version("d", "st")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CLIENT, f"{tmp}/wh", str(c), str(statements), str(START)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for c in range(clients)
+        ]
+        for proc in procs:  # every client imported and opened the warehouse: start together
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        started = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        assert [proc.wait(timeout=600) for proc in procs] == [0] * clients
+        elapsed = time.perf_counter() - started
+        assert _stored(session) == clients * statements
+        commits = session.warehouse.delta.latest_version("d", "st") - before
+        return clients * statements / elapsed, commits
+
+
 def frame(rows: int) -> float:
     """Rows per second of ``Session.write`` of one Arrow table over the child tables."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,11 +139,15 @@ def main() -> None:
     parser.add_argument("--statements", type=int, default=200)
     parser.add_argument("--batches", default="1000,10000,100000")
     parser.add_argument("--frame", type=int, default=1_000_000, help="rows of the Session.write measurement")
+    parser.add_argument("--clients", type=int, default=8, help="processes of the concurrent measurement")
     args = parser.parse_args()
     results = {"single_row_statements_per_s": round(single_rows(args.statements), 1)}
     for rows in (int(n) for n in args.batches.split(",")):
         results[f"insert_{rows}_rows_per_s"] = round(batch(rows))
     results[f"write_frame_{args.frame}_rows_per_s"] = round(frame(args.frame))
+    rate, commits = concurrent(args.clients, args.statements)
+    results[f"concurrent_{args.clients}_clients_statements_per_s"] = round(rate, 1)
+    results[f"concurrent_{args.clients}_clients_delta_commits"] = commits
     print(json.dumps(results, indent=2))
     out = Path(__file__).parent / "results" / "ingest.json"
     out.parent.mkdir(exist_ok=True)

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -149,6 +150,7 @@ def test_the_vectorised_reading_agrees_with_the_per_value_rule(column: ast.Colum
 
 _WRITER = """
 import sys
+import time
 from dagster_tdstream import Session, Warehouse
 session = Session(Warehouse(sys.argv[1]), database="d", timezone="UTC")
 for statement in sys.argv[2:]:
@@ -314,3 +316,53 @@ def test_a_statement_into_two_tables_killed_between_their_commits_is_rolled_forw
     assert _keys(reopened) == [("c1", 1000), ("c1", 2000)]
     assert len(reopened.read_table(reopened.table("d", "nt"))) == 1
     reopened.close()
+
+
+def _spooled(warehouse: Warehouse, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(warehouse.spool.waiting("d", "st")) < count:
+        assert time.monotonic() < deadline, "the writers never staged their rows"
+        time.sleep(0.05)
+
+
+def _start_writer(warehouse: Warehouse, statement: str, failpoint: str | None = None) -> subprocess.Popen[bytes]:
+    env = {key: value for key, value in os.environ.items() if key != FAILPOINT_ENV}
+    if failpoint is not None:
+        env[FAILPOINT_ENV] = failpoint
+    return subprocess.Popen([sys.executable, "-c", _WRITER, warehouse.uri, statement], env=env)
+
+
+def test_writers_waiting_for_a_table_are_committed_together_in_one_version(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA + "create table c2 using st tags (2); create table c3 using st tags (3)")
+    before = warehouse.delta.latest_version("d", "st")
+    with warehouse.locks.hold([("d", "st")]):  # a long write holds the table meanwhile
+        writers = [
+            _start_writer(warehouse, f"insert into c{n} values ({n}000, {n}, 1, true, 'a', 'a')") for n in (1, 2, 3)
+        ]
+        _spooled(warehouse, 3)
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0, 0]
+    assert warehouse.delta.latest_version("d", "st") == before + 1  # one commit, one WAL offset
+    assert _keys(warehouse) == [("c1", 1000), ("c2", 2000), ("c3", 3000)]
+    assert warehouse.spool.waiting("d", "st") == []
+
+
+def test_a_group_leader_killed_after_its_commit_leaves_each_write_once(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA + "create table c2 using st tags (2)")
+    before = warehouse.delta.latest_version("d", "st")
+    with warehouse.locks.hold([("d", "st")]):
+        writers = [
+            _start_writer(warehouse, f"insert into c{n} values ({n}000, {n}, 1, true, 'a', 'a')", "after-data-commit")
+            for n in (1, 2)
+        ]
+        _spooled(warehouse, 2)
+    # whichever leads commits both and dies before settling; the other finds its rows in that
+    # commit (its id is in the commit info) and returns without writing them again
+    assert sorted(writer.wait(timeout=120) for writer in writers) == [-signal.SIGKILL, 0]
+    assert warehouse.delta.latest_version("d", "st") == before + 1
+    assert _keys(warehouse) == [("c1", 1000), ("c2", 2000)]
+    sql_session.execute("insert into c2 values (2000, 20, 1, true, 'b', 'b')")  # marks caught up: a merge
+    assert _keys(warehouse) == [("c1", 1000), ("c2", 2000)]

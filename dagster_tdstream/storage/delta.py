@@ -168,18 +168,20 @@ class DeltaStore:
         merger.execute()
         return dt.version()
 
-    def has_commit(self, db: str, table: str, start: int, key: str, value: str) -> bool:
-        """Whether a commit from version ``start`` on carries ``key: value`` in its commit info."""
+    def commit_values(self, db: str, table: str, start: int, key: str) -> list[tuple[int, str]]:
+        """(version, value) of every commit from version ``start`` on whose commit info has
+        ``key`` (the write intent or the spooled requests it belongs to)."""
         path = local_path(self.uri(db, table))
+        found = []
         for version in range(start, self.latest_version(db, table) + 1):
             try:
-                head = log_path(path, version).read_text().splitlines()
+                lines = log_path(path, version).read_text().splitlines()
             except FileNotFoundError:
                 continue
-            for line in head:
-                if line.startswith('{"commitInfo"') and json.loads(line)["commitInfo"].get(key) == value:
-                    return True
-        return False
+            for line in lines:
+                if line.startswith('{"commitInfo"') and key in (info := json.loads(line)["commitInfo"]):
+                    found.append((version, str(info[key])))
+        return found
 
     def commit_marks(self, db: str, table: str, start: int, end: int) -> dict[str, int] | None:
         """The newest key per table name written by versions [start, end], from their commit

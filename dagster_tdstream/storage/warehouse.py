@@ -26,7 +26,8 @@ from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
-from .intents import WRITE_KEY, Intent, Intents, StagedTable
+from .groupcommit import GROUP_KEY, GroupCommit
+from .intents import WRITE_KEY, Intents, StagedTable
 from .maintenance import maintain, maintenance_due
 from .types import arrow_schema, arrow_type
 from .writelock import WriteLocks
@@ -89,6 +90,7 @@ class Warehouse:
         self.delta = DeltaStore(self.uri, storage_options)
         self.locks = WriteLocks(local_path(self.uri) if is_local(self.uri) else None)
         self.intents = Intents(local_path(self.uri) if is_local(self.uri) else None)
+        self.spool = GroupCommit(local_path(self.uri) if is_local(self.uri) else None)
         # (db, table, table id) → (version, table name → newest key or None): the catalog's
         # marks as this process last wrote or read them, valid while the table is at that version
         self._marks: dict[tuple[str, str, str], tuple[int, dict[str, int | None]]] = {}
@@ -258,6 +260,8 @@ class Warehouse:
             )
             for group in by_storage.values()
         ]
+        if len(prepared) == 1 and self.spool.enabled:
+            return self._write_grouped(*prepared[0])
         total = 0
         merged_any = False
         versions: dict[str, int] = {}
@@ -272,7 +276,8 @@ class Warehouse:
             for index, (target, table, batch_min, batch_max) in enumerate(prepared):
                 if index:
                     failpoint("between-table-commits")
-                version, merged = self._write_table(target, table, batch_min, batch_max, intent)
+                extra = {WRITE_KEY: intent.id} if intent is not None else None
+                version, merged = self._write_table(target, table, batch_min, batch_max, extra)
                 total += table.num_rows
                 merged_any |= merged
                 versions[f"{target.db}.{target.storage}"] = version
@@ -286,15 +291,15 @@ class Warehouse:
         table: pa.Table,
         batch_min: dict[str, int],
         batch_max: dict[str, int],
-        intent: Intent | None,
+        extra: dict[str, str] | None = None,
     ) -> tuple[int, bool]:
         """One physical table's rows as one commit, under its lock: appended when every row is
-        newer than its table's newest key, merged otherwise; returns (version, merged)."""
+        newer than its table's newest key, merged otherwise; returns (version, merged).
+        ``extra``: commit info naming the write intent or the spooled requests it writes."""
         db, storage, pk = target.db, target.storage, target.primary_key
         before, watermarks = self._watermarks(db, storage, list(batch_max), pk, target.is_super)
         needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
         keys = ("tbname", pk) if target.is_super else (pk,)
-        extra = {WRITE_KEY: intent.id} if intent is not None else None
         if needs_merge:
             version = self.delta.upsert(db, storage, table, keys, batch_max, extra=extra)
         else:
@@ -306,6 +311,57 @@ class Warehouse:
             maintain(self, db, storage, locked=True)
         return version, needs_merge
 
+    def _write_grouped(
+        self, target: StagedTable, table: pa.Table, batch_min: dict[str, int], batch_max: dict[str, int]
+    ) -> WriteResult:
+        """One table's rows: committed at once if its lock is free (with any requests staged
+        for it), else staged for group commit and committed by the next lock holder."""
+        db, storage = target.db, target.storage
+        with self.locks.hold_if_free(db, storage) as free:
+            if free:
+                version, merged = self._lead(target, table)
+                return WriteResult(table.num_rows, merged, {f"{db}.{storage}": version})
+        request = self.spool.submit(db, storage, table, self.delta.latest_version(db, storage))
+        with self.locks.hold([(db, storage)]):
+            outcome = self.spool.outcome(request)
+            if outcome is None:  # nobody committed it meanwhile: this writer leads the next group
+                self._lead(target, None)
+                outcome = self.spool.outcome(request)
+        if outcome is None or "error" in outcome:
+            reason = "its group's commit did not settle it" if outcome is None else outcome["error"]
+            raise CatalogError(f"the write was not committed: {reason}")
+        return WriteResult(table.num_rows, bool(outcome["merged"]), {f"{db}.{storage}": int(outcome["version"])})  # type: ignore[call-overload]
+
+    def _lead(self, target: StagedTable, own: pa.Table | None) -> tuple[int, bool]:
+        """Holding the table's lock: commit the staged requests (and ``own`` rows, last) as one
+        write and settle every request; returns (version, merged)."""
+        db, storage = target.db, target.storage
+        requests = self.spool.waiting(db, storage)
+        if requests:  # a leader killed after its commit left these settled in the log only
+            first = min(r.after for r in requests) + 1
+            committed = {
+                request_id: version
+                for version, value in self.delta.commit_values(db, storage, first, GROUP_KEY)
+                for request_id in value.split(",")
+            }
+            for request in [r for r in requests if r.id in committed]:
+                self.spool.settle([request], {"version": committed[request.id], "merged": False})
+            requests = [r for r in requests if r.id not in committed]
+        parts = [r.rows() for r in requests] + ([own] if own is not None else [])
+        if not parts:
+            return self.delta.latest_version(db, storage), False
+        keys = ["tbname", target.primary_key] if target.is_super else [target.primary_key]
+        rows = _last_per_key(pa.concat_tables(parts), keys) if len(parts) > 1 else parts[0]
+        batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
+        extra = {GROUP_KEY: ",".join(r.id for r in requests)} if requests else None
+        try:
+            version, merged = self._write_table(target, rows, batch_min, batch_max, extra)
+        except BaseException as exc:
+            self.spool.settle(requests, {"error": f"{type(exc).__name__}: {exc}"})
+            raise
+        self.spool.settle(requests, {"version": version, "merged": merged})
+        return version, merged
+
     def recover_writes(self) -> int:
         """Roll forward the statements whose writer died between the commits of their tables
         (see ``intents.py``); how many were."""
@@ -315,11 +371,12 @@ class Warehouse:
                 if not intent.folder.exists():  # its writer was alive and has finished
                     continue
                 for target in intent.tables:
-                    if self.delta.has_commit(target.db, target.storage, target.after + 1, WRITE_KEY, intent.id):
+                    committed = self.delta.commit_values(target.db, target.storage, target.after + 1, WRITE_KEY)
+                    if any(value == intent.id for _, value in committed):
                         continue
                     rows = intent.rows(target)
                     batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
-                    self._write_table(target, rows, batch_min, batch_max, intent)
+                    self._write_table(target, rows, batch_min, batch_max, {WRITE_KEY: intent.id})
                 self.intents.finished(intent)
                 recovered += 1
         return recovered
@@ -524,12 +581,16 @@ def _storage_rows(
     data = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
     if not _unique_keys(group):
         # TDengine update semantics inside one statement too: the last row for a key wins
-        keys = ["tbname", pk] if is_super else [pk]
-        numbered = data.select(keys).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
-        last = numbered.group_by(keys, use_threads=False).aggregate([("__row", "max")]).column("__row_max")
-        data = data.take(pc.take(last, pc.sort_indices(last)))  # in the order written
+        data = _last_per_key(data, ["tbname", pk] if is_super else [pk])
     batch_min, batch_max = _key_spans(data, pk, is_super, group[0].table.name)
     return data, batch_min, batch_max
+
+
+def _last_per_key(data: pa.Table, keys: list[str]) -> pa.Table:
+    """The last row written for each key, in the order written."""
+    numbered = data.select(keys).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
+    last = numbered.group_by(keys, use_threads=False).aggregate([("__row", "max")]).column("__row_max")
+    return data.take(pc.take(last, pc.sort_indices(last)))
 
 
 def _key_spans(data: pa.Table, pk: str, is_super: bool, name: str) -> tuple[dict[str, int], dict[str, int]]:

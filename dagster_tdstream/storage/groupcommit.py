@@ -1,0 +1,112 @@
+"""Group commit: concurrent small writes of one table combined into one Delta commit.
+
+Owns the spool of a local warehouse's tables (``<warehouse>/.spool/<db>.<table>/``). A writer
+that finds the table's write lock taken does not wait idle: it stages its rows there (an Arrow
+file, fsynced, renamed into place) and then waits for the lock. Whoever holds the lock next
+commits every staged request of the table together with its own rows in one commit — one WAL
+offset — and leaves each request an outcome file (the version, or the error); a waiter that
+gets the lock and finds its request settled returns that outcome, so "acknowledged" still
+means "committed and durable". A request is settled only after its commit and catalog record;
+a leader killed in between leaves requests whose ids the next leader finds in the commit
+info (``tdstream.group``) and settles without writing them again. Rows were checked before
+they were staged: a rejected statement never reaches the spool. Must not decide how rows are
+written: the warehouse does, for the whole group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+SPOOL = ".spool"
+GROUP_KEY = "tdstream.group"  # commit info: the spooled requests a commit wrote
+MAX_GROUP = 512  # requests per commit: bounds one commit's size and a waiter's wait
+STALE_OUTCOME_SECONDS = 3600  # outcomes whose waiter died are removed after this
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    path: Path
+    after: int  # the table's newest version when the request was staged
+
+    def rows(self) -> pa.Table:
+        with ipc.open_file(self.path) as reader:
+            return reader.read_all()
+
+
+class GroupCommit:
+    def __init__(self, root: Path | None) -> None:
+        """``root``: the local warehouse folder, or None for an object store (no spool)."""
+        self.folder = None if root is None else root / SPOOL
+
+    @property
+    def enabled(self) -> bool:
+        return self.folder is not None
+
+    def _table_folder(self, db: str, storage: str) -> Path:
+        assert self.folder is not None
+        return self.folder / f"{db}.{storage}"
+
+    def submit(self, db: str, storage: str, rows: pa.Table, after: int) -> Request:
+        folder = self._table_folder(db, storage)
+        folder.mkdir(parents=True, exist_ok=True)
+        request_id = f"{time.time_ns():020d}-{uuid.uuid4().hex}"
+        staging = folder / f".{request_id}.tmp"
+        with open(staging, "wb") as out:
+            with ipc.new_file(out, rows.schema) as writer:
+                writer.write_table(rows)
+            out.flush()
+            os.fsync(out.fileno())
+        path = folder / f"{request_id}.{after}.arrow"
+        os.rename(staging, path)
+        return Request(request_id, path, after)
+
+    def waiting(self, db: str, storage: str) -> list[Request]:
+        """The table's staged requests in the order they were staged (at most ``MAX_GROUP``)."""
+        if self.folder is None:
+            return []
+        folder = self._table_folder(db, storage)
+        if not folder.is_dir():
+            return []
+        requests = []
+        for path in sorted(folder.glob("*.arrow"))[:MAX_GROUP]:
+            request_id, after, _ = path.name.split(".")
+            requests.append(Request(request_id, path, int(after)))
+        return requests
+
+    def outcome(self, request: Request) -> dict[str, object] | None:
+        """The settled outcome of a request (its outcome file is removed), or None."""
+        done = request.path.with_name(f"{request.id}.done")
+        try:
+            outcome = json.loads(done.read_text())
+        except FileNotFoundError:
+            return None
+        done.unlink(missing_ok=True)
+        return outcome  # type: ignore[no-any-return]
+
+    def settle(self, requests: list[Request], outcome: dict[str, object]) -> None:
+        """Give each request its outcome, then remove it from the spool."""
+        text = json.dumps(outcome)
+        for request in requests:
+            done = request.path.with_name(f"{request.id}.done")
+            staging = done.with_name(f".{request.id}.done.tmp")
+            staging.write_text(text)
+            os.rename(staging, done)
+            request.path.unlink(missing_ok=True)
+        if requests:
+            self._sweep(requests[0].path.parent)
+
+    def _sweep(self, folder: Path) -> None:
+        """Outcomes nobody came for (their waiter died) and abandoned staging files."""
+        cutoff = time.time() - STALE_OUTCOME_SECONDS
+        for path in folder.iterdir():
+            if path.suffix in (".done", ".tmp") and path.stat().st_mtime < cutoff:
+                path.unlink(missing_ok=True)
