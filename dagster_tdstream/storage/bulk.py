@@ -34,6 +34,15 @@ def write_frame(warehouse: Warehouse, table: TableInfo, frame: Any, precision: s
     data = frame if isinstance(frame, pa.Table) else pa.table(frame)
     if data.num_rows == 0:
         return WriteResult(0, False, {})
+    batch, new_children = frame_batch(warehouse, table, data, precision)
+    return warehouse.write([batch], new_children)
+
+
+def frame_batch(
+    warehouse: Warehouse, table: TableInfo, data: pa.Table, precision: str
+) -> tuple[WriteBatch, Sequence[TableInfo]]:
+    """The checked batch of a non-empty frame and the child tables it needs created (several
+    frames then go in one write: schemaless lines for several super tables)."""
     names = {name.lower(): name for name in data.column_names}
     tag_names = {tag.name for tag in table.tags} if table.kind == "super" else set()
     unknown = sorted(
@@ -57,8 +66,7 @@ def write_frame(warehouse: Warehouse, table: TableInfo, frame: Any, precision: s
         first = pc.index(pc.is_null(columns[0]), True).as_py()
         raise WriteRejectedError(f"the primary key {table.primary_key} cannot be NULL (row {first})")
     if table.kind != "super":
-        batch = WriteBatch(table, pa.table(columns, schema=arrow_schema(table.columns, with_tbname=False)))
-        return warehouse.write([batch])
+        return WriteBatch(table, pa.table(columns, schema=arrow_schema(table.columns, with_tbname=False))), []
     if "tbname" not in names:
         raise WriteRejectedError(f"{table.name} is a super table: the frame needs a tbname column naming child tables")
     tbname = pc.utf8_lower(data.column(names["tbname"]).cast(pa.string()))
@@ -66,7 +74,7 @@ def write_frame(warehouse: Warehouse, table: TableInfo, frame: Any, precision: s
         raise WriteRejectedError(f"tbname cannot be NULL (row {pc.index(pc.is_null(tbname), True).as_py()})")
     new_children = _new_children(warehouse, table, data, names, tbname)
     stored = pa.table([tbname, *columns], schema=arrow_schema(table.columns, with_tbname=True))
-    return warehouse.write([WriteBatch(table, stored)], new_children)
+    return WriteBatch(table, stored), new_children
 
 
 def _checked(column: pa.ChunkedArray, col: ColumnDef, precision: str) -> pa.ChunkedArray:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .warehouse import Warehouse
 
 COMPACT_EVERY = 50  # versions between automatic maintenance runs of a table
+VACUUM_EVERY = 1000  # versions between automatic vacuums (a multiple of COMPACT_EVERY)
 SMALL_FILE_BYTES = 1 << 20  # files below this are merged by compaction
 RETENTION_ENV = "TDSTREAM_VACUUM_RETENTION_HOURS"
 _PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
@@ -57,8 +58,22 @@ class Maintained:
     files_vacuumed: int = 0
 
 
+def maintain_after(warehouse: Warehouse, db: str, storage: str, version: int) -> None:
+    """What is due after a write committed ``version`` (the caller holds the table's lock):
+    trimming and compaction every ``COMPACT_EVERY`` versions, vacuum every ``VACUUM_EVERY``
+    (it lists the table's folder, which holds every file of the retention period)."""
+    if version > 0 and version % COMPACT_EVERY == 0:
+        maintain(warehouse, db, storage, locked=True, vacuum=version % VACUUM_EVERY == 0)
+
+
 def maintain(
-    warehouse: Warehouse, db: str, storage: str, *, locked: bool = False, trim_only: bool = False
+    warehouse: Warehouse,
+    db: str,
+    storage: str,
+    *,
+    locked: bool = False,
+    trim_only: bool = False,
+    vacuum: bool = True,
 ) -> Maintained:
     """Trim, compact and vacuum one physical table (``locked``: the caller holds its lock;
     ``trim_only``: KEEP only, as TRIM DATABASE)."""
@@ -66,12 +81,12 @@ def maintain(
         return Maintained()  # object stores: the files are the store's to manage
     if not locked:
         with warehouse.locks.hold([(db, storage)]):
-            return maintain(warehouse, db, storage, locked=True, trim_only=trim_only)
+            return maintain(warehouse, db, storage, locked=True, trim_only=trim_only, vacuum=vacuum)
     trimmed = _accounted(warehouse, db, storage, lambda: _trim(warehouse, db, storage))
     if trim_only:
         return Maintained(trimmed)
     compacted = _accounted(warehouse, db, storage, lambda: _compact(warehouse, db, storage))
-    return Maintained(trimmed, compacted, _vacuum(warehouse, db, storage))
+    return Maintained(trimmed, compacted, _vacuum(warehouse, db, storage) if vacuum else 0)
 
 
 def _accounted(warehouse: Warehouse, db: str, storage: str, operation: object) -> int:
@@ -211,10 +226,6 @@ def _oldest_needed(warehouse: Warehouse, db: str, storage: str) -> int:
         pending = warehouse.catalog.oldest_pending_offset(stream.key)
         oldest = min(oldest, start, pending if pending is not None else start)
     return oldest
-
-
-def maintenance_due(version: int) -> bool:
-    return version > 0 and version % COMPACT_EVERY == 0
 
 
 def table_files(path: Path) -> int:

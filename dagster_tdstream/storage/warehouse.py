@@ -28,7 +28,7 @@ from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
 from .groupcommit import GROUP_KEY, GroupCommit
 from .intents import WRITE_KEY, Intents, StagedTable
-from .maintenance import maintain, maintenance_due
+from .maintenance import maintain_after
 from .types import arrow_schema, arrow_type
 from .writelock import WriteLocks
 
@@ -307,8 +307,7 @@ class Warehouse:
         failpoint("after-data-commit")
         new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
         self._record(db, storage, new_marks, before, version)
-        if maintenance_due(version):  # small files and expired data, as writes accumulate
-            maintain(self, db, storage, locked=True)
+        maintain_after(self, db, storage, version)  # small files and expired data, as writes accumulate
         return version, needs_merge
 
     def _write_grouped(
