@@ -15,7 +15,7 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -164,6 +164,23 @@ class Session:
         info = self.table(ast.QualifiedName(name, db or None))
         outcome = write_frame(self.warehouse, info, frame, self.warehouse.database(info.db).precision)
         return Result(message=f"Insert OK, {outcome.rows} row(s) affected", affected=outcome.rows)
+
+    def write_lines(
+        self,
+        lines: str | Iterable[str],
+        *,
+        database: str | None = None,
+        precision: str = "ns",
+        child_table_tag: str | None = None,
+    ) -> Result:
+        """Write InfluxDB line protocol as TDengine's schemaless insert does (super tables and
+        child tables created as needed; ``precision``: the lines' timestamp unit; child tables
+        named ``t_<md5 of the tag set>`` or by the value of ``child_table_tag``)."""
+        from .families.line_protocol import write_lines
+
+        db = normalize(database) if database else self.db_of()
+        text = lines.splitlines() if isinstance(lines, str) else lines
+        return write_lines(self, db, text, precision=precision, child_table_tag=child_table_tag)
 
     def subscribe(
         self,

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -151,6 +152,7 @@ def test_the_vectorised_reading_agrees_with_the_per_value_rule(column: ast.Colum
 _WRITER = """
 import sys
 import time
+from pathlib import Path
 from dagster_tdstream import Session, Warehouse
 session = Session(Warehouse(sys.argv[1]), database="d", timezone="UTC")
 for statement in sys.argv[2:]:
@@ -366,3 +368,80 @@ def test_a_group_leader_killed_after_its_commit_leaves_each_write_once(
     assert _keys(warehouse) == [("c1", 1000), ("c2", 2000)]
     sql_session.execute("insert into c2 values (2000, 20, 1, true, 'b', 'b')")  # marks caught up: a merge
     assert _keys(warehouse) == [("c1", 1000), ("c2", 2000)]
+
+
+# ---------------------------------------------------------------- schemaless (line protocol)
+
+LINES = """
+# TDengine's schemaless example, and the types line protocol spells
+meters,location=California.LosAngeles,groupid=2 current=11.8,voltage=221i32,phase=0.28f32,on=t,note="a \\"b\\"" 1648432611249000000
+meters,location=California.LosAngeles,groupid=2 current=13.4,voltage=223i32,phase=0.29f32,on=F 1648432611250000000
+meters,location=California.SanFrancisco,groupid=3 current=10.8,voltage=223i32,phase=0.29f32,on=true,label=L"né" 1648432611249000000
+"""
+
+
+def test_line_protocol_creates_super_and_child_tables_as_tdengine_does(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    import hashlib
+
+    sql_session.execute("create database d; use d")
+    assert sql_session.write_lines(LINES).affected == 3
+    stable = warehouse.table("d", "meters")
+    assert [(c.name, str(c.type)) for c in stable.columns] == [
+        ("_ts", "TIMESTAMP"), ("current", "DOUBLE"), ("voltage", "INT"), ("phase", "FLOAT"), ("on", "BOOL"),
+        ("note", "VARCHAR(16)"), ("label", "NCHAR(16)"),
+    ]  # fmt: skip
+    assert [(t.name, str(t.type)) for t in stable.tags] == [("location", "NCHAR(23)"), ("groupid", "NCHAR(16)")]
+    child = "t_" + hashlib.md5(b"meters,groupid=2,location=California.LosAngeles").hexdigest()
+    got = sorted(
+        (r["tbname"], r["_ts"], r["voltage"], r["on"], r["note"], r["groupid"])
+        for r in warehouse.read_table(stable).to_pylist()
+    )
+    la = [(child, 1648432611249, 221, True, 'a "b"', "2"), (child, 1648432611250, 223, False, None, "2")]
+    assert [row for row in got if row[0] == child] == la
+    assert [row[1:] for row in got if row[0] != child] == [(1648432611249, 223, True, None, "3")]
+    assert {r["label"] for r in warehouse.read_table(stable).to_pylist()} == {None, "né"}
+    # the same lines again: the same keys, updated in place; a new tag joins the super table
+    sql_session.write_lines(LINES + "meters,groupid=2,location=x,unit=A current=1 1648432611251000000")
+    assert [t.name for t in warehouse.table("d", "meters").tags] == ["location", "groupid", "unit"]
+    assert len(warehouse.read_table(warehouse.table("d", "meters"))) == 4
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ("m,t=1 v=1i8 1\nm,t=1 v=1.5 2", "line 3: field v is DOUBLE here but TINYINT on an earlier line"),
+        ("m,t=1 v=1i8 1\nm,t=1 v=300i8 2", "out of range for column v"),
+        ("m,t=1 v=xyz 1", "line 2: field value 'xyz' is not a number"),
+        ('m,t=1 v="open 1', "line 2: a string field is not closed"),
+        ("m,t=1 v=1 12ab", "line 2: timestamp '12ab' is not an integer"),
+        ("m,t v=1 1", "line 2: tag 't' is not key=value"),
+    ],
+)
+def test_bad_lines_are_refused_at_their_line_and_write_nothing(
+    sql_session: Session, warehouse: Warehouse, lines: str, message: str
+) -> None:
+    sql_session.execute("create database d; use d")
+    sql_session.write_lines("m,t=1 v=1i8 0\nother,t=1 w=1 0")
+    with pytest.raises(WriteRejectedError, match=re.escape(message)):
+        sql_session.write_lines("other,t=1 w=2 5\n" + lines)
+    assert len(warehouse.read_table(warehouse.table("d", "m"))) == 1
+    assert len(warehouse.read_table(warehouse.table("d", "other"))) == 1  # the good line neither
+
+
+def test_tdstream_ingest_reads_line_protocol_from_a_file(warehouse: Warehouse, tmp_path: Path) -> None:
+    Session(warehouse).execute("create database d")
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(f"cpu,host=h{i % 3} usage={i}.5 {1_700_000_000 + i}" for i in range(25)))
+    tdstream = str(Path(sys.executable).parent / "tdstream")
+    done = subprocess.run(
+        [tdstream, "ingest", str(source), "-d", "d", "--precision", "s", "--batch", "10", "--warehouse", warehouse.uri,
+         "--child-table-tag", "host"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Insert OK, 25 row(s) affected"
+    rows = warehouse.read_table(warehouse.table("d", "cpu")).to_pylist()
+    assert sorted({r["tbname"] for r in rows}) == ["h0", "h1", "h2"]
+    assert sorted(r["_ts"] for r in rows)[:2] == [1_700_000_000_000, 1_700_000_001_000]

@@ -136,6 +136,48 @@ def sql(
 
 
 @main.command()
+@click.argument("source", type=click.File("r"), default="-")
+@click.option("-d", "--database", required=True, help="The database the lines are written into.")
+@click.option(
+    "--precision",
+    type=click.Choice(["ns", "us", "ms", "s"]),
+    default="ns",
+    show_default=True,
+    help="The lines' timestamp unit (converted to the database's precision).",
+)
+@click.option("--child-table-tag", default=None, help="Name child tables by this tag's value instead of t_<md5>.")
+@click.option("--batch", type=int, default=10_000, show_default=True, help="Lines per write (one commit per table).")
+@_warehouse
+@_metadata
+@_debug
+def ingest(
+    source: Any,
+    database: str,
+    precision: str,
+    child_table_tag: str | None,
+    batch: int,
+    warehouse: str | None,
+    metadata_url: str | None,
+    debug: bool,
+) -> None:
+    """Write InfluxDB line protocol (TDengine's schemaless format) from SOURCE (a file, or - for
+    stdin) into a database: super tables and child tables are created as the lines need."""
+
+    def run() -> None:
+        session = _session(warehouse, metadata_url, database, None, None, "3.x")
+        total, lines = 0, []
+        for line in [*source, None]:
+            if line is not None:
+                lines.append(line)
+            if lines and (line is None or len(lines) >= batch):
+                total += session.write_lines(lines, precision=precision, child_table_tag=child_table_tag).affected or 0
+                lines = []
+        click.echo(f"Insert OK, {total} row(s) affected")
+
+    _guarded(debug, run)
+
+
+@main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=int, required=True, help="Port to listen on (the NOTIFY URL's port).")
 @click.option("--count", type=int, default=None, help="Stop after this many messages.")
