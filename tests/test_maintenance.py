@@ -34,7 +34,9 @@ def test_small_writes_are_compacted_and_vacuumed_while_a_stream_reads_them(
         "as select _twstart ws, count(*) n, sum(v) total from %%trows"
     )
     version = warehouse.delta.latest_version("d", "st")
-    first = COMPACT_EVERY - version - 20  # the stream reads these before the table is compacted
+    # the stream reads these before the next compaction (the version before a multiple of
+    # COMPACT_EVERY), then 40 more writes pass at least one
+    first = (version // COMPACT_EVERY + 2) * COMPACT_EVERY - 1 - version
     for i in range(first):
         session.execute(f"insert into c1 values ({T + i * 1000}, {i})")
     assert harness.run_until_idle().failures == []

@@ -8,9 +8,10 @@ DATABASE`` run it on demand):
   than now − KEEP leave the table in one commit whose removes say ``dataChange: false`` — the
   change feed, the trigger engine and subscriptions do not see them as deletes, so a stream's
   results and a TSMA's states stay as they are.
-- **Compaction**: the small files (under 1 MiB) merged into one, sorted by key, in a commit
-  that changes no data either (only small files are rewritten, unlike delta-rs's OPTIMIZE,
-  which re-packs every file under 100 MB at each run).
+- **Compaction**: the small files merged into one, sorted by key, in a commit that changes no
+  data either — files under 64 KiB at every run, files under 1 MiB once 8 of them exist (only
+  small files are rewritten, unlike delta-rs's OPTIMIZE, which re-packs every file under
+  100 MB at each run).
 - **Vacuum**: deletes a file only when the current snapshot does not hold it, no log entry from
   the oldest version a reader still needs onwards names it (a stream's checkpoint or queued
   triggers: the change feed of later versions reads the files those versions added or
@@ -41,9 +42,11 @@ from .delta import MARKS_KEY, is_local, local_path
 if TYPE_CHECKING:
     from .warehouse import Warehouse
 
-COMPACT_EVERY = 50  # versions between automatic maintenance runs of a table
+COMPACT_EVERY = 20  # versions between automatic maintenance runs of a table
 VACUUM_EVERY = 1000  # versions between automatic vacuums (a multiple of COMPACT_EVERY)
-SMALL_FILE_BYTES = 1 << 20  # files below this are merged by compaction
+SMALL_FILE_BYTES = 64 << 10  # files below this are merged at every compaction
+MEDIUM_FILE_BYTES = 1 << 20  # files below this are merged once MEDIUM_FILES of them exist
+MEDIUM_FILES = 8
 RETENTION_ENV = "TDSTREAM_VACUUM_RETENTION_HOURS"
 _PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 DEFAULT_RETENTION_HOURS = 168.0
@@ -137,13 +140,17 @@ def _trim(warehouse: Warehouse, db: str, storage: str) -> int:
 
 
 def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
-    """Merge the table's small files (under ``SMALL_FILE_BYTES``) into one, sorted by the
-    primary key (time locality keeps key-range pruning useful). Only small files are rewritten
-    — delta-rs's OPTIMIZE re-packs every file under its 100 MB target, so a live table's
-    growing compacted file was rewritten again at each run."""
+    """Merge the table's small files into one, sorted by the primary key (time locality keeps
+    key-range pruning useful), in tiers so that little is rewritten: files under
+    ``SMALL_FILE_BYTES`` at every run, those under ``MEDIUM_FILE_BYTES`` once ``MEDIUM_FILES``
+    of them exist. delta-rs's OPTIMIZE re-packs every file under its 100 MB target, so a live
+    table's growing compacted file was rewritten at each run."""
     dt = warehouse.delta.current(db, storage)
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     small = [a for a in actions if a["size_bytes"] < SMALL_FILE_BYTES]
+    medium = [a for a in actions if SMALL_FILE_BYTES <= a["size_bytes"] < MEDIUM_FILE_BYTES]
+    if len(medium) >= MEDIUM_FILES:
+        small += medium
     if len(small) < 2:
         return 0
     path = local_path(warehouse.delta.uri(db, storage))
