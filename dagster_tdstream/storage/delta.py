@@ -26,7 +26,14 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from .append import CHECKPOINT_INTERVAL, append_commit, log_path
 
-CDF_CONFIG = {"delta.enableChangeDataFeed": "true"}
+CDF_CONFIG = {
+    "delta.enableChangeDataFeed": "true",
+    # checkpoints keep removed files (tombstones) this long only: compaction removes every small
+    # file, so with the default week a 100,000-commit table's checkpoint (rewritten every 100
+    # versions, read by every handle update) held megabytes of tombstones. Nothing here needs
+    # them: vacuum (maintenance.py) decides from the log entries and the files' age
+    "delta.deletedFileRetentionDuration": "interval 1 minutes",
+}
 STRING_STATS_LENGTH = 32
 MARKS_KEY = "tdstream.marks"  # commit info: {table name: newest key written by this commit}
 
