@@ -35,21 +35,21 @@ def test_small_writes_are_compacted_and_vacuumed_while_a_stream_reads_them(
     )
     version = warehouse.delta.latest_version("d", "st")
     # the stream reads these before the next compaction (the version before a multiple of
-    # COMPACT_EVERY), then 40 more writes pass at least one
+    # COMPACT_EVERY), then 5 more writes pass one
     first = (version // COMPACT_EVERY + 2) * COMPACT_EVERY - 1 - version
     for i in range(first):
         session.execute(f"insert into c1 values ({T + i * 1000}, {i})")
     assert harness.run_until_idle().failures == []
-    for i in range(first, first + 40):  # passes the COMPACT_EVERY-th version
+    for i in range(first, first + 5):  # passes the COMPACT_EVERY-th version
         session.execute(f"insert into c1 values ({T + i * 1000}, {i})")
     assert "OPTIMIZE" in _operations(warehouse, "d", "st")
     table = Path(warehouse.delta.uri("d", "st"))
-    assert len(DeltaTable(str(table)).file_uris()) < 30  # the small files became one
+    assert len(DeltaTable(str(table)).file_uris()) <= 6  # the small files became one, 4 came after
     # the stream had not read past the compaction: the files it replaced are all still there
-    assert table_files(table) >= first + 40
+    assert table_files(table) >= first + 5
 
     assert harness.run_until_idle().failures == []
-    rows = first + 40
+    rows = first + 5
     closed = T + (rows - 1) // 10 * 10_000  # the last row's window is still open
     expected = output(session, f"select _wstart, count(*), sum(v) from c1 where ts < {closed} interval(10s)")
     assert output(session, "select ws, n, total from out") == expected

@@ -42,7 +42,7 @@ from .delta import MARKS_KEY, is_local, local_path
 if TYPE_CHECKING:
     from .warehouse import Warehouse
 
-COMPACT_EVERY = 20  # versions between automatic maintenance runs of a table
+COMPACT_EVERY = 50  # versions between automatic maintenance runs of a table
 VACUUM_EVERY = 1000  # versions between automatic vacuums (a multiple of COMPACT_EVERY)
 SMALL_FILE_BYTES = 64 << 10  # files below this are merged at every compaction
 MEDIUM_FILE_BYTES = 1 << 20  # files below this are merged once MEDIUM_FILES of them exist

@@ -65,7 +65,9 @@ class WriteLocks:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = time.monotonic() + WAIT_SECONDS
-            delay = 0.001
+            # short naps: a holder keeps a table for milliseconds, and a waiter that slept 50 ms
+            # cut 8 concurrent writers to 32 statements/s in all
+            delay = 0.0002
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -76,7 +78,7 @@ class WriteLocks:
                             f"table {name} is being written by another process for over {WAIT_SECONDS:.0f} s: try again"
                         ) from None
                     time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
+                    delay = min(delay * 2, 0.002)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
