@@ -413,24 +413,12 @@ class Catalog:
         return [self._info(r, supers.get(r.stable) if r.kind == "child" else None) for r in rows]
 
     def child_tables_named(self, db: str, stable: str, names: Iterable[str]) -> dict[str, TableInfo]:
-        """The named child tables of ``stable`` that exist, in one read (per 500 names)."""
-        wanted, found = sorted(set(names)), {}
-        with self._conn(None) as c:
-            parent = c.execute(
-                select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name == stable))
-            ).first()
-            for i in range(0, len(wanted), 500):
-                rows = c.execute(
-                    select(tables_table).where(
-                        and_(
-                            tables_table.c.db == db,
-                            tables_table.c.stable == stable,
-                            tables_table.c.name.in_(wanted[i : i + 500]),
-                        )
-                    )
-                ).all()
-                found.update({r.name: self._info(r, parent) for r in rows})
-        return found
+        """The named child tables of ``stable`` that exist (``get_tables``'s reads)."""
+        return {
+            name: info
+            for name, info in self.get_tables(db, names).items()
+            if info.kind == "child" and info.stable == stable
+        }
 
     def child_tables(self, db: str, stable: str, conn: Connection | None = None) -> list[TableInfo]:
         with self._conn(conn) as c:
