@@ -52,7 +52,7 @@ def write_data_file(table: Path, rows: pa.Table, *, data_change: bool) -> dict[s
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     data_file = table / name
     pq.write_table(rows, data_file, compression="snappy")
-    _fsync(data_file)
+    fsync_path(data_file)
     return {
         "path": name,
         "partitionValues": {},
@@ -87,7 +87,7 @@ def commit_actions(table: Path, after: int, actions: list[dict[str, Any]], commi
             raise CatalogError(f"could not commit to {table}: 1,000 versions were taken by other writers meanwhile")
     finally:
         staged.unlink(missing_ok=True)
-    _fsync(table / "_delta_log", directory=True)
+    fsync_path(table / "_delta_log", directory=True)
     return version
 
 
@@ -120,7 +120,8 @@ def _stats(rows: pa.Table) -> dict[str, Any]:
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
 
 
-def _fsync(path: Path, *, directory: bool = False) -> None:
+def fsync_path(path: Path, *, directory: bool = False) -> None:
+    """Make a written file, or a folder's new entries, durable."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)

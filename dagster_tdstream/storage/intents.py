@@ -25,6 +25,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .append import fsync_path
+
 PENDING = ".pending"
 WRITE_KEY = "tdstream.write"  # commit info: the intent a commit belongs to
 ABANDONED_SECONDS = 3600  # a staging folder this old belongs to a writer that died staging
@@ -67,10 +69,10 @@ class Intents:
         manifest = [table.__dict__ for table, _ in tables]
         (building / "manifest.json").write_text(json.dumps(manifest))
         for file in building.iterdir():
-            _fsync(file)
+            fsync_path(file)
         folder = self.folder / intent_id
         os.rename(building, folder)  # the intent exists from here on, whole
-        _fsync(self.folder)
+        fsync_path(self.folder, directory=True)
         return Intent(intent_id, folder, tuple(table for table, _ in tables))
 
     def finished(self, intent: Intent) -> None:
@@ -89,11 +91,3 @@ class Intents:
             manifest = json.loads((folder / "manifest.json").read_text())
             intents.append(Intent(folder.name, folder, tuple(StagedTable(**table) for table in manifest)))
         return intents
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
