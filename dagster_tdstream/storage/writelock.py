@@ -38,7 +38,7 @@ class WriteLocks:
         self.folder.mkdir(exist_ok=True)
         with ExitStack() as stack:
             for db, table in sorted(set(tables)):
-                stack.enter_context(self._one(self.folder / f"{db}.{table}.lock", f"{db}.{table}"))
+                stack.enter_context(self._one(db, table, wait=True))
             yield
 
     @contextmanager
@@ -49,20 +49,14 @@ class WriteLocks:
             yield True
             return
         self.folder.mkdir(exist_ok=True)
-        fd = os.open(self.folder / f"{db}.{table}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+        with self._one(db, table, wait=False) as held:
+            yield held
 
     @contextmanager
-    def _one(self, path: Path, name: str) -> Iterator[None]:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    def _one(self, db: str, table: str, *, wait: bool) -> Iterator[bool]:
+        """One table's lock: waited for (bounded) with ``wait``, else yields whether it was free."""
+        assert self.folder is not None
+        fd = os.open(self.folder / f"{db}.{table}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = time.monotonic() + WAIT_SECONDS
             # short naps: a holder keeps a table for milliseconds, and a waiter that slept 50 ms
@@ -73,12 +67,16 @@ class WriteLocks:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if not wait:
+                        yield False
+                        return
                     if time.monotonic() > deadline:
                         raise CatalogError(
-                            f"table {name} is being written by another process for over {WAIT_SECONDS:.0f} s: try again"
+                            f"table {db}.{table} is being written by another process for over "
+                            f"{WAIT_SECONDS:.0f} s: try again"
                         ) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.002)
-            yield
+            yield True
         finally:
             os.close(fd)  # closing the descriptor releases the lock
