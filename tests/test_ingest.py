@@ -3,6 +3,7 @@ must agree with. No Spark: rows are read back with delta-rs."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
@@ -25,6 +27,7 @@ from dagster_tdstream.sql.constants import ConstantContext
 from dagster_tdstream.sql.timeunits import resolve_timezone
 from dagster_tdstream.sql.tokens import Kind, tokenize
 from dagster_tdstream.sql.values import block_columns
+from dagster_tdstream.storage import keyspans
 
 SCHEMA = (
     "create database d; use d;"
@@ -210,6 +213,49 @@ def test_concurrent_writers_of_one_child_table_keep_one_row_per_timestamp(
     written = warehouse.read_table(warehouse.table("d", "c1")).to_pylist()
     assert sorted(r["ts"] for r in written) == list(range(1000, 31000, 1000))  # each timestamp once
     assert {r["v"] for r in written} <= {0, 1, 2, 3}
+
+
+def _operations(warehouse: Warehouse, since: int) -> list[str]:
+    history = warehouse.delta.open("d", "st").history()
+    return [h["operation"] for h in sorted(history, key=lambda h: h["version"]) if h["version"] > since]
+
+
+def test_rows_arriving_into_a_gap_between_stored_keys_are_appended_and_updates_still_merge(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA + "insert into c1 values (1000, 1, 1, true, 'a', 'a') (9000, 9, 9, true, 'i', 'i')")
+    sql_session.execute("insert into c1 values (500000, 5, 5, true, 'e', 'e')")
+    before = warehouse.delta.latest_version("d", "st")
+    # older than the newest key, but between stored keys: a second writer of c1, a replayed buffer
+    sql_session.execute("insert into c1 values (5000, 50, 5, true, 'x', 'x')")
+    sql_session.execute("insert into c1 values (200000, 20, 2, true, 'y', 'y') (300000, 30, 3, true, 'z', 'z')")
+    assert _operations(warehouse, before) == ["WRITE", "WRITE"]
+    # a key that is stored (inside the spans now) is an update: merged, one row per key
+    sql_session.execute("insert into c1 values (5000, 51, 5, true, 'x', 'x')")
+    sql_session.execute("insert into c1 values (250000, 25, 2, true, 'w', 'w') (300000, 31, 3, true, 'z', 'z')")
+    assert _operations(warehouse, before + 2) == ["MERGE", "MERGE"]
+    written = {r["ts"]: r["v"] for r in warehouse.read_table(warehouse.table("d", "c1")).to_pylist()}
+    assert written == {1000: 1, 5000: 51, 9000: 9, 200000: 20, 250000: 25, 300000: 31, 500000: 5}
+    assert len(warehouse.read_table(warehouse.table("d", "c1"))) == len(written)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-50, 400), min_size=1, max_size=40), min_size=1, max_size=30))
+def test_key_spans_cover_every_key_written_and_stay_few(batches: list[list[int]]) -> None:
+    spans: keyspans.Spans = ()
+    written: set[int] = set()
+    for batch in batches:
+        keys = np.array(batch, dtype=np.int64)
+        if spans:  # the check a write makes: does any of its keys lie inside a span
+            inside = any(low <= k <= high for k in batch for low, high in spans)
+            assert keyspans.covers_any(spans, keys) == inside
+        spans = keyspans.union(spans, keyspans.of_keys(keys))
+        written |= set(batch)
+        assert len(spans) <= keyspans.MAX_SPANS
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))  # sorted and disjoint
+        # a key outside every span is never a stored one
+        assert all(any(low <= k <= high for low, high in spans) for k in written)
+    assert keyspans.decode(keyspans.encode(spans), 0) == spans
 
 
 def test_rows_written_by_another_tool_are_accounted_for_before_the_next_write(

@@ -80,6 +80,8 @@ write_state_table = Table(
     Column("tbname", String(192), primary_key=True),
     Column("last_ts", BigInteger, nullable=False),
     Column("version", Integer, nullable=False),
+    # where the child table's keys may lie (``keyspans.py``, JSON); NULL: anywhere up to last_ts
+    Column("spans", Text),
 )
 
 verified_table = Table(
@@ -500,6 +502,21 @@ class Catalog:
             ).all()
         return {r.tbname: (r.last_ts, r.version) for r in rows}
 
+    def write_spans(self, db: str, storage: str, tbnames: Iterable[str]) -> dict[str, tuple[int, str | None]]:
+        """tbname → (last_ts, spans as recorded or None) for the child tables that have one."""
+        names = list(tbnames)
+        with self._conn(None) as c:
+            rows = c.execute(
+                select(write_state_table.c.tbname, write_state_table.c.last_ts, write_state_table.c.spans).where(
+                    and_(
+                        write_state_table.c.db == db,
+                        write_state_table.c.storage == storage,
+                        write_state_table.c.tbname.in_(names),
+                    )
+                )
+            ).all()
+        return {r.tbname: (r.last_ts, r.spans) for r in rows}
+
     def verified_version(self, db: str, storage: str) -> int | None:
         with self._conn(None) as c:
             row = c.execute(
@@ -509,12 +526,22 @@ class Catalog:
             ).first()
         return None if row is None else int(row.version)
 
-    def record_writes(self, db: str, storage: str, last_ts: dict[str, int], version: int) -> None:
-        """Record the watermarks of the child tables just written and that the table's
-        version ``version`` is accounted for (one transaction: it is on every INSERT's path, so
-        SQLite and PostgreSQL upsert in place instead of deleting and inserting)."""
+    def record_writes(
+        self, db: str, storage: str, last_ts: dict[str, int], version: int, spans: dict[str, str] | None = None
+    ) -> None:
+        """Record the watermarks of the child tables just written (with their key spans, else
+        NULL: anywhere up to the watermark) and that the table's version ``version`` is
+        accounted for (one transaction: it is on every INSERT's path, so SQLite and PostgreSQL
+        upsert in place instead of deleting and inserting)."""
         marks = [
-            {"db": db, "storage": storage, "tbname": name, "last_ts": ts, "version": version}
+            {
+                "db": db,
+                "storage": storage,
+                "tbname": name,
+                "last_ts": ts,
+                "version": version,
+                "spans": None if spans is None else spans.get(name),
+            }
             for name, ts in last_ts.items()
         ]
         with self.transaction() as conn:
@@ -543,7 +570,11 @@ class Catalog:
                 conn.execute(
                     state.on_conflict_do_update(
                         index_elements=["db", "storage", "tbname"],
-                        set_={"last_ts": state.excluded.last_ts, "version": state.excluded.version},
+                        set_={
+                            "last_ts": state.excluded.last_ts,
+                            "version": state.excluded.version,
+                            "spans": state.excluded.spans,
+                        },
                     ),
                     marks,
                 )

@@ -108,5 +108,11 @@ class GroupCommit:
         """Outcomes nobody came for (their waiter died) and abandoned staging files."""
         cutoff = time.time() - STALE_OUTCOME_SECONDS
         for path in folder.iterdir():
-            if path.suffix in (".done", ".tmp") and path.stat().st_mtime < cutoff:
+            if path.suffix not in (".done", ".tmp"):
+                continue
+            try:
+                stale = path.stat().st_mtime < cutoff
+            except FileNotFoundError:  # renamed into place or collected by its waiter meanwhile
+                continue
+            if stale:
                 path.unlink(missing_ok=True)

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CatalogError
 from ..faults import failpoint
 from ..sql.ast import ColumnDef
+from . import keyspans
 from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
 from .groupcommit import GROUP_KEY, GroupCommit
@@ -91,9 +93,9 @@ class Warehouse:
         self.locks = WriteLocks(local_path(self.uri) if is_local(self.uri) else None)
         self.intents = Intents(local_path(self.uri) if is_local(self.uri) else None)
         self.spool = GroupCommit(local_path(self.uri) if is_local(self.uri) else None)
-        # (db, table, table id) → (version, table name → newest key or None): the catalog's
-        # marks as this process last wrote or read them, valid while the table is at that version
-        self._marks: dict[tuple[str, str, str], tuple[int, dict[str, int | None]]] = {}
+        # (db, table, table id) → (version, table name → key spans or None): the catalog's
+        # spans as this process last wrote or read them, valid while the table is at that version
+        self._marks: dict[tuple[str, str, str], tuple[int, dict[str, keyspans.Spans | None]]] = {}
         self.recover_writes()  # a statement half-written by a process that died
 
     def close(self) -> None:
@@ -293,20 +295,20 @@ class Warehouse:
         batch_max: dict[str, int],
         extra: dict[str, str] | None = None,
     ) -> tuple[int, bool]:
-        """One physical table's rows as one commit, under its lock: appended when every row is
-        newer than its table's newest key, merged otherwise; returns (version, merged).
-        ``extra``: commit info naming the write intent or the spooled requests it writes."""
+        """One physical table's rows as one commit, under its lock: appended when no row's key
+        can be stored already (outside its table's key spans), merged otherwise; returns
+        (version, merged). ``extra``: commit info naming the write intent or the spooled
+        requests it writes."""
         db, storage, pk = target.db, target.storage, target.primary_key
-        before, watermarks = self._watermarks(db, storage, list(batch_max), pk, target.is_super)
-        needs_merge = any(batch_min[name] <= watermarks.get(name, _NO_ROWS) for name in batch_min)
+        before, stored = self._stored_spans(db, storage, list(batch_max), pk, target.is_super)
+        written, needs_merge = _written_spans(table, pk, target.is_super, target.name, batch_min, batch_max, stored)
         keys = ("tbname", pk) if target.is_super else (pk,)
         if needs_merge:
             version = self.delta.upsert(db, storage, table, keys, batch_max, extra=extra)
         else:
             version = self.delta.append(db, storage, table, batch_max, extra)
         failpoint("after-data-commit")
-        new_marks = {name: max(batch_max[name], watermarks.get(name, _NO_ROWS)) for name in batch_max}
-        self._record(db, storage, new_marks, before, version)
+        self._record(db, storage, _joined(stored, written), before, version)
         maintain_after(self, db, storage, version)  # small files and expired data, as writes accumulate
         return version, needs_merge
 
@@ -384,13 +386,13 @@ class Warehouse:
         storage = table.storage_name
         pk = table.primary_key
         is_super = table.kind in ("super", "child")
-        data, _, marks = _storage_rows(batches, table.columns, is_super)
+        data, low, marks = _storage_rows(batches, table.columns, is_super)
         keys = ("tbname", pk) if is_super else (pk,)
         with self.locks.hold([(table.db, storage)]):
-            before, current = self._watermarks(table.db, storage, list(marks), pk, is_super)
+            before, stored = self._stored_spans(table.db, storage, list(marks), pk, is_super)
             version = self.delta.upsert(table.db, storage, data, keys, marks, delete_unmatched=replace_where)
-            merged = {name: max(ts, current.get(name, ts)) for name, ts in marks.items()}
-            self._record(table.db, storage, merged, before, version)
+            written, _ = _written_spans(data, pk, is_super, table.name, low, marks)
+            self._record(table.db, storage, _joined(stored, written), before, version)
         return WriteResult(data.num_rows, True, {f"{table.db}.{storage}": version})
 
     @staticmethod
@@ -430,11 +432,11 @@ class Warehouse:
         marks = self.catalog.write_state(info.db, storage, names)
         return version, {name: ts for name, (ts, _) in marks.items()}
 
-    def _watermarks(
+    def _stored_spans(
         self, db: str, storage: str, tbnames: list[str], pk: str, is_super: bool
-    ) -> tuple[int, dict[str, int]]:
-        """The table's newest version and, per table name, the newest timestamp stored (an
-        upper bound after deletes); called under the table's write lock. From the catalog,
+    ) -> tuple[int, dict[str, keyspans.Spans]]:
+        """The table's newest version and, per table name holding rows, the spans its stored
+        keys lie in (``keyspans.py``); called under the table's write lock. From the catalog,
         brought up to that version first if it is behind, or from what this process last
         wrote while nobody else has committed since."""
         current = self.delta.latest_version(db, storage)
@@ -451,19 +453,23 @@ class Warehouse:
         known = cached[1]
         missing = [name for name in tbnames if name not in known]
         if missing:
-            found = self.catalog.write_state(db, storage, missing)
-            known.update({name: found[name][0] if name in found else None for name in missing})
-        return current, {name: mark for name in tbnames if (mark := known[name]) is not None}
+            found = self.catalog.write_spans(db, storage, missing)
+            known.update(
+                {name: keyspans.decode(found[name][1], found[name][0]) if name in found else None for name in missing}
+            )
+        return current, {name: spans for name in tbnames if (spans := known[name]) is not None}
 
-    def _record(self, db: str, storage: str, marks: dict[str, int], before: int, version: int) -> None:
-        """Record a commit's marks in the catalog, and keep them for this process's next write
-        when the commit directly followed the version they were read at."""
-        self.catalog.record_writes(db, storage, marks, version)
+    def _record(self, db: str, storage: str, spans: dict[str, keyspans.Spans], before: int, version: int) -> None:
+        """Record a commit's key spans (and newest keys) in the catalog, and keep them for this
+        process's next write when the commit directly followed the version they were read at."""
+        marks = {name: named[-1][1] for name, named in spans.items()}
+        encoded = {name: keyspans.encode(named) for name, named in spans.items()}
+        self.catalog.record_writes(db, storage, marks, version, encoded)
         identity = self.delta.identity(db, storage)
         key = (db, storage, identity or "")
         cached = self._marks.get(key)
         if cached is not None and cached[0] == before and version == before + 1:
-            cached[1].update(marks)
+            cached[1].update(spans)
             self._marks[key] = (version, cached[1])
         else:
             self._marks.pop(key, None)
@@ -547,7 +553,51 @@ class Warehouse:
         return data.join(tag_table, "tbname", join_type="inner")
 
 
-_NO_ROWS = -(2**63)
+def _written_spans(
+    data: pa.Table,
+    pk: str,
+    is_super: bool,
+    name: str,
+    batch_min: dict[str, int],
+    batch_max: dict[str, int],
+    stored: dict[str, keyspans.Spans] | None = None,
+) -> tuple[dict[str, keyspans.Spans], bool]:
+    """The spans of the keys ``data`` writes per table name, and whether any of those keys may
+    be stored already (in ``stored``'s spans; False without ``stored``). A table name with one
+    row — nearly every INSERT's case — needs no look at the rows."""
+    stored = stored or {}
+    keys: dict[str, np.ndarray] | None = None
+    written: dict[str, keyspans.Spans] = {}
+    clash = False
+    for table_name, low in batch_min.items():
+        high = batch_max[table_name]
+        spans = stored.get(table_name)
+        meets = spans is not None and keyspans.overlaps(spans, low, high)
+        if low == high:
+            written[table_name] = ((low, high),)
+            clash |= meets
+            continue
+        if keys is None:
+            keys = _keys_by_name(data, pk, is_super, name)
+        written[table_name] = keyspans.of_keys(keys[table_name])
+        clash |= meets and keyspans.covers_any(spans, keys[table_name])  # type: ignore[arg-type]
+    return written, clash
+
+
+def _keys_by_name(data: pa.Table, pk: str, is_super: bool, name: str) -> dict[str, np.ndarray]:
+    """Each table name's keys in ``data`` (``name``: a normal table's)."""
+    if not is_super:
+        return {name: data.column(pk).to_numpy()}
+    lists = data.group_by("tbname", use_threads=False).aggregate([(pk, "list")])
+    keys = lists.column(f"{pk}_list").combine_chunks()
+    values, offsets = keys.values.to_numpy(), keys.offsets.to_numpy()
+    names = lists.column("tbname").to_pylist()
+    return {table_name: values[offsets[i] : offsets[i + 1]] for i, table_name in enumerate(names)}
+
+
+def _joined(stored: dict[str, keyspans.Spans], written: dict[str, keyspans.Spans]) -> dict[str, keyspans.Spans]:
+    """The spans of the table names written once ``written`` is committed."""
+    return {name: keyspans.union(stored.get(name, ()), spans) for name, spans in written.items()}
 
 
 def tags_arrow(children: Sequence[TableInfo], tags: tuple[ColumnDef, ...]) -> pa.Table:
