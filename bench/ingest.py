@@ -82,6 +82,7 @@ client, statements, start = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 sys.stdout.write("ready\\n"); sys.stdout.flush(); sys.stdin.readline()
 for i in range(statements):
     session.execute(f"insert into c{(client * 7 + i) % 100} values ({start + client * 1_000_000 + i}, {i}, 1.5)")
+sys.stdout.write("done\\n"); sys.stdout.flush()
 """
 
 
@@ -107,8 +108,12 @@ def concurrent(clients: int, statements: int) -> tuple[float, int]:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        assert [proc.wait(timeout=600) for proc in procs] == [0] * clients
+        # until every client has written its last statement (not until the processes have
+        # exited: tearing down an interpreter with pyarrow and delta-rs loaded is no ingest)
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "done"
         elapsed = time.perf_counter() - started
+        assert [proc.wait(timeout=600) for proc in procs] == [0] * clients
         assert _stored(session) == clients * statements
         commits = session.warehouse.delta.latest_version("d", "st") - before
         return clients * statements / elapsed, commits

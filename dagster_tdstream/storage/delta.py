@@ -47,17 +47,30 @@ def local_path(uri: str) -> Path:
     return Path(parsed.path if parsed.scheme == "file" else uri)
 
 
+_TABLE_IDS: dict[str, tuple[tuple[int, int, int], str | None]] = {}  # path → (its stat, the id read)
+
+
 def _table_id(uri: str) -> str | None:
     """The table's id from its first log entry (its metaData action): a table dropped and
-    created again under the same name has another one."""
+    created again under the same name has another one. Read again only when the entry's file
+    is another (inode, change time, size): every write asks, several times."""
+    path = local_path(uri) / "_delta_log" / f"{0:020}.json"
     try:
-        text = (local_path(uri) / "_delta_log" / f"{0:020}.json").read_text()
+        stat = path.stat()
+        seen = (stat.st_ino, stat.st_ctime_ns, stat.st_size)
+        cached = _TABLE_IDS.get(str(path))
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        text = path.read_text()
     except FileNotFoundError:
         return None
+    identity = None
     for line in text.splitlines():
         if '"metaData"' in line:
-            return str(json.loads(line)["metaData"].get("id"))
-    return None
+            identity = str(json.loads(line)["metaData"].get("id"))
+            break
+    _TABLE_IDS[str(path)] = (seen, identity)
+    return identity
 
 
 class DeltaStore:

@@ -2,7 +2,8 @@
 
 Owns the spool of a local warehouse's tables (``<warehouse>/.spool/<db>.<table>/``). A writer
 that finds the table's write lock taken does not wait idle: it stages its rows there (an Arrow
-file, fsynced, renamed into place) and then waits for the lock. Whoever holds the lock next
+file renamed into place; not fsynced — a staged request is not acknowledged yet, and the commit
+that writes it makes its rows durable) and then waits for the lock. Whoever holds the lock next
 commits every staged request of the table together with its own rows in one commit — one WAL
 offset — and leaves each request an outcome file (the version, or the error); a waiter that
 gets the lock and finds its request settled returns that outcome, so "acknowledged" still
@@ -38,8 +39,7 @@ class Request:
     after: int  # the table's newest version when the request was staged
 
     def rows(self) -> pa.Table:
-        with ipc.open_file(self.path) as reader:
-            return reader.read_all()
+        return ipc.open_stream(self.path.read_bytes()).read_all()
 
 
 class GroupCommit:
@@ -60,11 +60,10 @@ class GroupCommit:
         folder.mkdir(parents=True, exist_ok=True)
         request_id = f"{time.time_ns():020d}-{uuid.uuid4().hex}"
         staging = folder / f".{request_id}.tmp"
-        with open(staging, "wb") as out:
-            with ipc.new_file(out, rows.schema) as writer:
-                writer.write_table(rows)
-            out.flush()
-            os.fsync(out.fileno())
+        sink = pa.BufferOutputStream()  # the stream format: a reader needs no footer or seeks
+        with ipc.new_stream(sink, rows.schema) as writer:
+            writer.write_table(rows)
+        staging.write_bytes(sink.getvalue().to_pybytes())
         path = folder / f"{request_id}.{after}.arrow"
         os.rename(staging, path)
         return Request(request_id, path, after)

@@ -323,11 +323,17 @@ class Warehouse:
                 version, merged = self._lead(target, table)
                 return WriteResult(table.num_rows, merged, {f"{db}.{storage}": version})
         request = self.spool.submit(db, storage, table, self.delta.latest_version(db, storage))
-        with self.locks.hold([(db, storage)]):
-            outcome = self.spool.outcome(request)
-            if outcome is None:  # nobody committed it meanwhile: this writer leads the next group
+        settled: list[dict[str, object]] = []
+
+        def committed() -> bool:
+            settled.extend(filter(None, [self.spool.outcome(request)]))
+            return bool(settled)
+
+        with self.locks.hold_unless(db, storage, committed) as held:
+            if held and not committed():  # nobody committed it meanwhile: this writer leads the next group
                 self._lead(target, None)
-                outcome = self.spool.outcome(request)
+                committed()
+        outcome = settled[0] if settled else None
         if outcome is None or "error" in outcome:
             reason = "its group's commit did not settle it" if outcome is None else outcome["error"]
             raise CatalogError(f"the write was not committed: {reason}")
@@ -644,6 +650,11 @@ def _last_per_key(data: pa.Table, keys: list[str]) -> pa.Table:
 
 def _key_spans(data: pa.Table, pk: str, is_super: bool, name: str) -> tuple[dict[str, int], dict[str, int]]:
     """Each table name's smallest and largest key in ``data`` (``name``: a normal table's)."""
+    if is_super and data.num_rows:
+        named = pc.min_max(data.column("tbname"))
+        if named["min"] == named["max"]:  # rows of one child table, as an INSERT writes: no grouping
+            name = named["min"].as_py()
+            is_super = False
     if is_super:
         spans = data.group_by("tbname", use_threads=False).aggregate([(pk, "min"), (pk, "max")])
         names = spans.column("tbname").to_pylist()

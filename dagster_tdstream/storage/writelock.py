@@ -14,7 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -53,8 +53,21 @@ class WriteLocks:
             yield held
 
     @contextmanager
-    def _one(self, db: str, table: str, *, wait: bool) -> Iterator[bool]:
-        """One table's lock: waited for (bounded) with ``wait``, else yields whether it was free."""
+    def hold_unless(self, db: str, table: str, done: Callable[[], bool]) -> Iterator[bool]:
+        """Wait for one table's lock, asking ``done`` between attempts: yields True holding the
+        lock, or False (not holding it) as soon as ``done()`` is true — a group commit's waiter
+        whose rows another writer committed leaves without taking the lock in its turn."""
+        if self.folder is None:
+            yield True
+            return
+        self.folder.mkdir(exist_ok=True)
+        with self._one(db, table, wait=True, done=done) as held:
+            yield held
+
+    @contextmanager
+    def _one(self, db: str, table: str, *, wait: bool, done: Callable[[], bool] | None = None) -> Iterator[bool]:
+        """One table's lock: waited for (bounded) with ``wait`` until it is free or ``done()``,
+        else yields whether it was free."""
         assert self.folder is not None
         fd = os.open(self.folder / f"{db}.{table}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -67,7 +80,7 @@ class WriteLocks:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if not wait:
+                    if not wait or (done is not None and done()):
                         yield False
                         return
                     if time.monotonic() > deadline:
