@@ -9,6 +9,7 @@ Must not touch Delta files: ``tables.py`` does, and the warehouse keeps the two 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -375,27 +376,23 @@ class Catalog:
         """The named tables of ``db`` that exist, in one read per 500 names (an INSERT into
         many child tables looks them up together)."""
         wanted, found = sorted(set(names)), {}
+        parent = tables_table.alias("parent")
+        # a child table's columns and tags are its super table's: joined in the same read
+        joined = tables_table.outerjoin(
+            parent, and_(parent.c.db == tables_table.c.db, parent.c.name == tables_table.c.stable)
+        )
+        query = select(tables_table, parent.c.columns.label("parent_columns"), parent.c.tags.label("parent_tags"))
         with self._conn(None) as c:
             rows = []
             for i in range(0, len(wanted), 500):
                 rows += c.execute(
-                    select(tables_table).where(
+                    query.select_from(joined).where(
                         and_(tables_table.c.db == db, tables_table.c.name.in_(wanted[i : i + 500]))
                     )
                 ).all()
-            stables = sorted({r.stable for r in rows if r.kind == "child"})
-            parents = (
-                {
-                    r.name: r
-                    for r in c.execute(
-                        select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name.in_(stables)))
-                    ).all()
-                }
-                if stables
-                else {}
-            )
         for row in rows:
-            found[row.name] = self._info(row, parents.get(row.stable) if row.kind == "child" else None)
+            source = _Definitions(row.parent_columns, row.parent_tags) if row.kind == "child" else None
+            found[row.name] = self._info(row, source)
         return found
 
     def list_tables(self, db: str, kinds: Iterable[str]) -> list[TableInfo]:
@@ -471,8 +468,7 @@ class Catalog:
     @staticmethod
     def _info(row: Any, parent: Any | None) -> TableInfo:
         source = parent if parent is not None else row
-        columns = tuple(type_from_json(c) for c in json.loads(source.columns or "[]"))
-        tags = tuple(type_from_json(c) for c in json.loads(source.tags or "[]"))
+        columns, tags = _definitions(source.columns), _definitions(source.tags)
         return TableInfo(
             db=row.db,
             name=row.name,
@@ -945,6 +941,21 @@ class Catalog:
         else:
             with self.engine.connect() as c:
                 yield c
+
+
+@dataclass(frozen=True)
+class _Definitions:
+    """A super table's column and tag definitions as stored (JSON), read beside its child."""
+
+    columns: str | None
+    tags: str | None
+
+
+@functools.lru_cache(maxsize=1024)
+def _definitions(stored: str | None) -> tuple[ColumnDef, ...]:
+    """Column or tag definitions from their stored JSON; memoised, since every INSERT reads
+    its table's and they change only with ALTER (a changed text is another key)."""
+    return tuple(type_from_json(c) for c in json.loads(stored or "[]"))
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
