@@ -16,6 +16,7 @@ written: the warehouse does, for the whole group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -30,6 +31,7 @@ SPOOL = ".spool"
 GROUP_KEY = "tdstream.group"  # commit info: the spooled requests a commit wrote
 MAX_GROUP = 512  # requests per commit: bounds one commit's size and a waiter's wait
 STALE_OUTCOME_SECONDS = 3600  # outcomes whose waiter died are removed after this
+SWEEP_EVERY_SECONDS = 60.0  # how often a process looks for them (not on every commit)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class GroupCommit:
     def __init__(self, root: Path | None) -> None:
         """``root``: the local warehouse folder, or None for an object store (no spool)."""
         self.folder = None if root is None else root / SPOOL
+        self._swept_at = -SWEEP_EVERY_SECONDS
 
     @property
     def enabled(self) -> bool:
@@ -73,34 +76,53 @@ class GroupCommit:
         if self.folder is None:
             return []
         folder = self._table_folder(db, storage)
-        if not folder.is_dir():
+        try:
+            names = sorted(name for name in os.listdir(folder) if name.endswith(".arrow"))
+        except FileNotFoundError:
             return []
         requests = []
-        for path in sorted(folder.glob("*.arrow"))[:MAX_GROUP]:
-            request_id, after, _ = path.name.split(".")
-            requests.append(Request(request_id, path, int(after)))
+        for name in names[:MAX_GROUP]:
+            request_id, after, _ = name.split(".")
+            requests.append(Request(request_id, folder / name, int(after)))
         return requests
 
     def outcome(self, request: Request) -> dict[str, object] | None:
-        """The settled outcome of a request (its outcome file is removed), or None."""
-        done = request.path.with_name(f"{request.id}.done")
-        try:
-            outcome = json.loads(done.read_text())
-        except FileNotFoundError:
+        """The settled outcome of a request (its outcome file is removed), or None while it is
+        staged. A committed request's file was renamed to ``<id>.<version>.<merged>.done``; a
+        failed one's replaced by ``<id>.done`` holding the error."""
+        if request.path.exists():  # one stat per poll while the request waits
             return None
-        done.unlink(missing_ok=True)
-        return outcome  # type: ignore[no-any-return]
+        for name in os.listdir(request.path.parent):
+            if not (name.startswith(f"{request.id}.") and name.endswith(".done")):
+                continue
+            done = request.path.with_name(name)
+            parts = name.split(".")
+            outcome: dict[str, object]
+            if len(parts) == 4:
+                outcome = {"version": int(parts[1]), "merged": parts[2] == "1"}
+            else:
+                outcome = json.loads(done.read_text())
+            done.unlink(missing_ok=True)
+            return outcome
+        return None
 
     def settle(self, requests: list[Request], outcome: dict[str, object]) -> None:
-        """Give each request its outcome, then remove it from the spool."""
-        text = json.dumps(outcome)
+        """Give each request its outcome and remove it from the spool: a committed request's
+        file is renamed to name its version (one rename per request, under the leader's lock),
+        a failed one's replaced by its error."""
         for request in requests:
-            done = request.path.with_name(f"{request.id}.done")
-            staging = done.with_name(f".{request.id}.done.tmp")
-            staging.write_text(text)
-            os.rename(staging, done)
-            request.path.unlink(missing_ok=True)
-        if requests:
+            if "error" in outcome:
+                done = request.path.with_name(f"{request.id}.done")
+                staging = done.with_name(f".{request.id}.done.tmp")
+                staging.write_text(json.dumps(outcome))
+                os.rename(staging, done)
+                request.path.unlink(missing_ok=True)
+                continue
+            merged = 1 if outcome["merged"] else 0
+            with contextlib.suppress(FileNotFoundError):  # settled already, from the log, by another leader
+                os.rename(request.path, request.path.with_name(f"{request.id}.{outcome['version']}.{merged}.done"))
+        if requests and time.monotonic() - self._swept_at > SWEEP_EVERY_SECONDS:
+            self._swept_at = time.monotonic()
             self._sweep(requests[0].path.parent)
 
     def _sweep(self, folder: Path) -> None:
