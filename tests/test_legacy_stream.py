@@ -173,6 +173,36 @@ def test_partition_by_a_column_moves_updated_rows_and_names_outputs_as_tdengine(
     assert f"p-x_out_{group_ids[0]}" in names
 
 
+def test_a_partition_by_column_or_tbname_selected_bare_is_the_groups_value(
+    session: Session, harness: StreamHarness
+) -> None:
+    # TDengine's scripts select the PARTITION BY column itself (basic3.sim, drop_stream.sim);
+    # inside an aggregate the same column stays the rows' value
+    _setup(session)
+    # the output's child tables are its tbname: a column cannot be named so (not a traceback)
+    assert_rejected(
+        session,
+        "create stream sx into outx as select tbname, _wstart, count(*) from st partition by tbname interval(10s)",
+        "output column tbname",
+    )
+    assert session.warehouse.find_table("lg", "outx") is None
+    session.execute(
+        "create stream sa into outa as select a, _wstart, _wend, count(*) c, max(a) m from st"
+        " partition by a session(ts, 5s);"
+        "create stream sn into outn as select tbname tname, _wstart, count(*) c, sum(b) s from st"
+        " partition by tbname interval(10s)"
+    )
+
+    session.execute(
+        f"insert into t1 values ({T0}, 1, 1) ({T0 + 1000}, 2, 2) ({T0 + 20_000}, 1, 3)"
+        f" t2 values ({T0}, 2, 4) ({T0 + 21_000}, 9, 5) ({T0 + 30_000}, 2, 6)"
+    )
+    assert harness.run_until_idle().failures == []
+    # WINDOW_CLOSE: the windows the rows closed (each group's last session is still open)
+    assert sorted(output(session, "select a, c, m from outa")) == [(1, 1, 1), (2, 2, 2)]
+    assert sorted(output(session, "select tname, c, s from outn")) == [("t1", 2, 3), ("t2", 1, 4), ("t2", 1, 5)]
+
+
 def test_a_stream_without_a_window_writes_each_row_and_follows_its_updates(
     session: Session, harness: StreamHarness
 ) -> None:

@@ -500,7 +500,9 @@ def _trigger_names(expr: ast.Expr) -> ast.Expr:
 
 
 def _group_keys(stmt: ast.CreateLegacyStream, expr: ast.Expr) -> ast.Expr:
-    """``_group_key(e)`` of a PARTITION BY expression ``e``: the group's value ``%%n``."""
+    """A PARTITION BY column read outside an aggregate (``select ca, … partition by ca``,
+    ``select tbname, … partition by tbname``), and ``_group_key(e)`` of a PARTITION BY
+    expression ``e``: the group's value ``%%n``. Inside an aggregate a column stays the rows'."""
     partition = [expr_text(e).lower() for e in stmt.query.partition_by]
 
     def replace(node: ast.Expr) -> ast.Expr | None:
@@ -508,6 +510,10 @@ def _group_keys(stmt: ast.CreateLegacyStream, expr: ast.Expr) -> ast.Expr:
             text = expr_text(node.args[0]).lower()
             if text in partition:
                 return ast.Placeholder(str(partition.index(text) + 1), pos=node.pos)
+        if isinstance(node, ast.Func) and is_aggregate_function(node.name):
+            return node  # not descended into
+        if isinstance(node, ast.Column) and node.name.lower() in partition:
+            return ast.Placeholder(str(partition.index(node.name.lower()) + 1), pos=node.pos)
         return None
 
     return _rewrite(expr, replace)
