@@ -374,6 +374,8 @@ class Session:
     def _exec_droptables(self, stmt: ast.DropTables) -> Result:
         infos = []
         for name in stmt.tables:
+            if stmt.if_exists and not stmt.by_uid and name.db is None and self.database is None:
+                continue  # no database selected: the table cannot exist, and IF EXISTS asks no more
             info = (
                 self._table_by_uid(name)
                 if stmt.by_uid

@@ -236,3 +236,12 @@ def test_ddl_errors(sql_session: Session) -> None:
     sql_session.execute("create table t (ts timestamp, v int); create table if not exists t (ts timestamp, v int)")
     with pytest.raises(CatalogError, match="already exists"):
         sql_session.execute("create table t (ts timestamp, v int)")
+
+
+def test_drop_if_exists_without_a_database_selected_drops_nothing_and_succeeds(sql_session: Session) -> None:
+    # TDengine's scripts clean up with DROP … IF EXISTS before their CREATE DATABASE / USE
+    sql_session.execute("create database d; create table d.t (ts timestamp, v int)")
+    sql_session.execute("drop stable if exists t; drop table if exists t")
+    assert sql_session.warehouse.find_table("d", "t") is not None  # not a table of some database
+    with pytest.raises(CatalogError, match="no database selected"):
+        sql_session.execute("drop table t")
