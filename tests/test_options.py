@@ -45,6 +45,29 @@ def test_max_delay_emits_open_windows_once_per_new_data(session: Session, harnes
     assert output(session, "select * from md_out") == [(T, 1, 1), (T + 10000, 3, 9)]
 
 
+def test_max_delay_writes_every_count_window_not_yet_full(session: Session, harness: StreamHarness) -> None:
+    # COUNT_WINDOW(4, 2): while rows arrive two windows can be open at once; each is written
+    # once per delay while it gets rows, and its final value when it fills
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream mc count_window(4, 2) from t stream_options(max_delay(3s)) into mc_out "
+        "as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into t values ({T}, 1) ({T + 1000}, 2) ({T + 2000}, 3)")
+    assert harness.run_until_idle().runs == 0  # the delay has not passed yet
+    harness.advance_clock(4)
+    assert harness.run_until_idle().runs == 1
+    assert output(session, "select * from mc_out") == [(T, 3, 6), (T + 2000, 1, 3)]
+    harness.advance_clock(10)
+    assert harness.run_until_idle().runs == 0  # no new rows: nothing is sent again
+    session.execute(f"insert into t values ({T + 3000}, 4)")  # fills the first window
+    harness.run_until_idle()
+    assert output(session, "select * from mc_out") == [(T, 4, 10), (T + 2000, 1, 3)]
+    harness.advance_clock(4)
+    harness.run_until_idle()
+    assert output(session, "select * from mc_out") == [(T, 4, 10), (T + 2000, 2, 7)]
+
+
 def test_max_delay_waits_for_the_watermark(session: Session, harness: StreamHarness) -> None:
     session.execute(
         "create database d; use d; create table t (ts timestamp, v int);"

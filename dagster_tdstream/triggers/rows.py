@@ -191,6 +191,8 @@ class CountTrigger(RowWindowTrigger):
         if self.columns and all(change.values.get(c) is None for c in self.columns):
             return  # only rows with a value in a listed column count
         index = state.counted
+        if state.counted == state.delayed_count:  # MAX_DELAY counts from the first row not yet computed
+            state.opened_at = state.now
         state.counted += 1
         state.recent = [*state.recent, change.ts][-self.size :]
         if index % self.slide == 0 and WINDOW_OPEN in self.events:
@@ -199,6 +201,29 @@ class CountTrigger(RowWindowTrigger):
         if first >= 0 and first % self.slide == 0 and WINDOW_CLOSE in self.events:
             # a sliding count window is written only when full
             fired.append(Fired(WINDOW_CLOSE, state.recent[0], change.ts, self.size, {}))
+
+    def delayed(self, state: RowState, now: int) -> list[Fired]:
+        """MAX_DELAY: every window not yet full — several at once when SLIDING is below the
+        size — when the delay passed and rows were counted since they were last computed
+        (TRIGGER AT_ONCE writes them at every write, as TDengine's legacy streams do)."""
+        if self.max_delay is None or state.counted == state.delayed_count:
+            return []
+        if now - state.opened_at < self.max_delay:
+            return []
+        state.delayed_count, state.opened_at = state.counted, now
+        return [
+            Fired(MAX_DELAY, state.recent[-rows], state.recent[-1], rows, {})
+            for rows in self._open_windows(state.counted)
+        ]
+
+    def _open_windows(self, counted: int) -> list[int]:
+        """How many rows each window not yet full holds, oldest window first."""
+        sizes = []
+        start = (counted - 1) // self.slide * self.slide  # the newest window start
+        while start >= 0 and counted - start < self.size:
+            sizes.append(counted - start)
+            start -= self.slide
+        return sizes[::-1]
 
     def at_end(self, state: RowState) -> list[Fired]:
         """The last window of a query may hold fewer than ``size`` counted rows: the first
