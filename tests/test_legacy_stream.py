@@ -203,6 +203,27 @@ def test_a_partition_by_column_or_tbname_selected_bare_is_the_groups_value(
     assert sorted(output(session, "select tname, c, s from outn")) == [("t1", 2, 3), ("t2", 1, 4), ("t2", 1, 5)]
 
 
+def test_at_once_writes_an_event_window_when_its_end_row_arrives_not_while_open(
+    session: Session, harness: StreamHarness
+) -> None:
+    # event_window start with a = 0 end with a = 9 (TDengine's eventwindow tests): at once, but
+    # only windows that met their end condition; other windows at once while open
+    _setup(session)
+    session.execute(
+        "create stream se trigger at_once ignore expired 0 ignore update 0 into oute as"
+        " select _wstart s, count(*) c, sum(b) sb from t1 event_window start with a = 0 end with a = 9;"
+        "create stream sc trigger at_once ignore expired 0 ignore update 0 into outc as"
+        " select _wstart s, count(*) c, sum(b) sb from t1 state_window(a)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 0, 1) ({T0 + 1000}, 5, 2)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select c, sb from oute") == []  # open: no end row yet
+    assert output(session, "select c, sb from outc") == [(1, 1), (1, 2)]  # the open state window too
+    session.execute(f"insert into t1 values ({T0 + 2000}, 9, 3)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select c, sb from oute") == [(3, 6)]
+
+
 def test_a_stream_without_a_window_writes_each_row_and_follows_its_updates(
     session: Session, harness: StreamHarness
 ) -> None:

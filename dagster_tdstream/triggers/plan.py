@@ -52,9 +52,10 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
     delete_recalc = stmt.option("DELETE_RECALC") is not None
     max_delay_option = stmt.option("MAX_DELAY")
     max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
-    if stmt.option(ast.AT_ONCE) is not None:
+    if stmt.option(ast.AT_ONCE) is not None and not isinstance(trigger, ast.EventTrigger):
         # not a 3.3.7 option: the legacy TRIGGER AT_ONCE computes every window a write
-        # touches at once, which is MAX_DELAY with no delay
+        # touches at once, which is MAX_DELAY with no delay — except an event window, which
+        # TDengine writes only once its end condition holds (at once then)
         max_delay = 0
     if isinstance(trigger, ast.PeriodTrigger):
         offset = trigger.offset.nanos if trigger.offset else 0
