@@ -224,6 +224,29 @@ def test_at_once_writes_an_event_window_when_its_end_row_arrives_not_while_open(
     assert output(session, "select c, sb from oute") == [(3, 6)]
 
 
+def test_a_row_updated_out_of_the_where_filter_leaves_its_open_window_written_at_once(
+    session: Session, harness: StreamHarness
+) -> None:
+    # TDengine's session/interval scripts: WHERE a > 5, the same row written with a = 6, then a = 2
+    _setup(session)
+    session.execute(
+        "create stream ss trigger at_once ignore expired 0 ignore update 0 into outs as"
+        " select _wstart s, count(*) c from t1 where a > 5 session(ts, 5s);"
+        "create stream si trigger at_once ignore expired 0 ignore update 0 into outi as"
+        " select _wstart s, count(*) c from t1 where a > 5 interval(10s)"
+    )
+    for a, expected in ((1, []), (6, [1]), (2, [])):
+        session.execute(f"insert into t1 values ({T0}, {a}, 0)")
+        assert harness.run_until_idle().failures == []
+        assert [row[1] for row in output(session, "select * from outs")] == expected, a
+        assert [row[1] for row in output(session, "select * from outi")] == expected, a
+    # rows later in time close the emptied windows: they stay unwritten
+    session.execute(f"insert into t1 values ({T0 + 10_000}, 10, 0) ({T0 + 20_000}, 10, 0)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select c from outs") == [(1,), (1,)]
+    assert output(session, "select c from outi") == [(1,), (1,)]
+
+
 def test_a_stream_without_a_window_writes_each_row_and_follows_its_updates(
     session: Session, harness: StreamHarness
 ) -> None:

@@ -193,6 +193,12 @@ class WindowTrigger:
         if last < state.next_close:
             return []
         if self.ignore_nodata:  # jump over empty windows instead of walking a long gap
+            emptied = [s for s, count in state.counts.items() if s <= last and count == 0]
+            for start in emptied:  # every row deleted before it closed: no window (MAX_DELAY retracted it)
+                del state.counts[start]
+                state.opened_at.pop(start, None)
+                state.delayed.pop(start, None)
+                state.opened.discard(start)
             starts: Iterable[int] = sorted(s for s in state.counts if s <= last)
         else:
             starts = range(state.next_close, last + 1, self.spec.sliding)

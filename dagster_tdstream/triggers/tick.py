@@ -281,11 +281,19 @@ def _rederive(
     fired, state = replay(trigger, after)
     assert isinstance(state, RowState)
     new = [f for f in fired if f.event == WINDOW_CLOSE]
-    old_fired, _ = replay(trigger, before)
+    old_fired, old_state = replay(trigger, before)
+    assert isinstance(old_state, RowState)
     old = [f for f in old_fired if f.event == WINDOW_CLOSE]
     unchanged = {(f.start, f.end, f.row_count) for f in old}
     starts = {f.start for f in new}
-    gone = [Fired(WINDOW_INVALIDATION, f.start, f.end, f.row_count, f.detail) for f in old if f.start not in starts]
+    written = list(old)
+    if trigger.max_delay is not None:
+        # MAX_DELAY (the legacy AT_ONCE) wrote the open window too: gone if nothing starts there now
+        if old_state.open:
+            written.append(Fired(WINDOW_CLOSE, old_state.start, old_state.last, old_state.count, {}))
+        if state.open:
+            starts.add(state.start)
+    gone = [Fired(WINDOW_INVALIDATION, f.start, f.end, f.row_count, f.detail) for f in written if f.start not in starts]
     old_starts = {f.start for f in old}
     recalculated = [
         Fired(RECALC if f.start in old_starts else WINDOW_CLOSE, f.start, f.end, f.row_count, f.detail)
