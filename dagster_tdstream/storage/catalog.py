@@ -485,33 +485,26 @@ class Catalog:
 
     def write_state(self, db: str, storage: str, tbnames: Iterable[str]) -> dict[str, tuple[int, int]]:
         """tbname → (last_ts, version) for the child tables that have one."""
-        names = list(tbnames)
-        with self._conn(None) as c:
-            rows = c.execute(
-                select(write_state_table).where(
-                    and_(
-                        write_state_table.c.db == db,
-                        write_state_table.c.storage == storage,
-                        write_state_table.c.tbname.in_(names),
-                    )
-                )
-            ).all()
-        return {r.tbname: (r.last_ts, r.version) for r in rows}
+        return {r.tbname: (r.last_ts, r.version) for r in self._write_state_rows(db, storage, tbnames)}
 
     def write_spans(self, db: str, storage: str, tbnames: Iterable[str]) -> dict[str, tuple[int, str | None]]:
         """tbname → (last_ts, spans as recorded or None) for the child tables that have one."""
+        return {r.tbname: (r.last_ts, r.spans) for r in self._write_state_rows(db, storage, tbnames)}
+
+    def _write_state_rows(self, db: str, storage: str, tbnames: Iterable[str]) -> list[Any]:
         names = list(tbnames)
         with self._conn(None) as c:
-            rows = c.execute(
-                select(write_state_table.c.tbname, write_state_table.c.last_ts, write_state_table.c.spans).where(
-                    and_(
-                        write_state_table.c.db == db,
-                        write_state_table.c.storage == storage,
-                        write_state_table.c.tbname.in_(names),
+            return list(
+                c.execute(
+                    select(write_state_table).where(
+                        and_(
+                            write_state_table.c.db == db,
+                            write_state_table.c.storage == storage,
+                            write_state_table.c.tbname.in_(names),
+                        )
                     )
-                )
-            ).all()
-        return {r.tbname: (r.last_ts, r.spans) for r in rows}
+                ).all()
+            )
 
     def verified_version(self, db: str, storage: str) -> int | None:
         with self._conn(None) as c:
