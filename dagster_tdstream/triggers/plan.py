@@ -90,6 +90,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         "ignore_disorder": ignore_disorder,
         "max_delay": max_delay,
         "delete_recalc": delete_recalc,
+        "at_once": stmt.option(ast.AT_ONCE) is not None,
     }
     if isinstance(trigger, ast.StateTrigger):
         assert isinstance(trigger.expr, ast.Column)  # not_built says so otherwise

@@ -60,6 +60,9 @@ class RowWindowTrigger:
     ignore_disorder: bool = False
     max_delay: int | None = None  # processing time, ns
     delete_recalc: bool = False
+    # the legacy TRIGGER AT_ONCE: an open window it wrote is retracted when re-derivation finds
+    # no window there any more (a 3.3.7 MAX_DELAY result of an open window stays, as TDengine's)
+    at_once: bool = False
     # out-of-order rows, updates and (with DELETE_RECALC) deletes re-derive the windows
     recalculates: bool = True
 

@@ -287,8 +287,8 @@ def _rederive(
     unchanged = {(f.start, f.end, f.row_count) for f in old}
     starts = {f.start for f in new}
     written = list(old)
-    if trigger.max_delay is not None:
-        # MAX_DELAY (the legacy AT_ONCE) wrote the open window too: gone if nothing starts there now
+    if trigger.at_once and trigger.max_delay is not None:
+        # the legacy AT_ONCE wrote the open window too: gone if nothing starts there now
         if old_state.open:
             written.append(Fired(WINDOW_CLOSE, old_state.start, old_state.last, old_state.count, {}))
         if state.open:
