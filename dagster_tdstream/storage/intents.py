@@ -82,12 +82,21 @@ class Intents:
         """Intents whose writer has not finished (or died), oldest first."""
         if self.folder is None or not self.folder.is_dir():
             return []
+        found = []
+        for folder in self.folder.iterdir():
+            try:
+                found.append((folder.stat().st_mtime, folder))
+            except FileNotFoundError:  # its writer finished (or renamed it into place) meanwhile
+                continue
         intents = []
-        for folder in sorted(self.folder.iterdir(), key=lambda f: f.stat().st_mtime):
+        for mtime, folder in sorted(found):
             if folder.name.startswith("."):  # still staging, or staging never completed
-                if time.time() - folder.stat().st_mtime > ABANDONED_SECONDS:
+                if time.time() - mtime > ABANDONED_SECONDS:
                     shutil.rmtree(folder, ignore_errors=True)  # nothing of it was committed
                 continue
-            manifest = json.loads((folder / "manifest.json").read_text())
+            try:
+                manifest = json.loads((folder / "manifest.json").read_text())
+            except FileNotFoundError:  # its writer finished meanwhile
+                continue
             intents.append(Intent(folder.name, folder, tuple(StagedTable(**table) for table in manifest)))
         return intents
