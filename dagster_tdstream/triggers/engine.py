@@ -193,12 +193,6 @@ class WindowTrigger:
         if last < state.next_close:
             return []
         if self.ignore_nodata:  # jump over empty windows instead of walking a long gap
-            emptied = [s for s, count in state.counts.items() if s <= last and count == 0]
-            for start in emptied:  # every row deleted before it closed: no window (MAX_DELAY retracted it)
-                del state.counts[start]
-                state.opened_at.pop(start, None)
-                state.delayed.pop(start, None)
-                state.opened.discard(start)
             starts: Iterable[int] = sorted(s for s in state.counts if s <= last)
         else:
             starts = range(state.next_close, last + 1, self.spec.sliding)
@@ -207,6 +201,10 @@ class WindowTrigger:
             count = state.counts.pop(start, 0)
             state.opened_at.pop(start, None)
             state.delayed.pop(start, None)
+            if self.ignore_nodata and count == 0:
+                # every row deleted before it closed: no window (MAX_DELAY retracted what it wrote)
+                state.opened.discard(start)
+                continue
             if WINDOW_OPEN in self.events and start not in state.opened:
                 fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
             if WINDOW_CLOSE in self.events:
