@@ -71,13 +71,21 @@ class RowWindowTrigger:
         return RowState()
 
     def delayed(self, state: RowState, now: int) -> list[Fired]:
-        """MAX_DELAY: the open window, when its delay passed and it got rows since it was last
-        computed (TRUE_FOR does not hold it back, as TDengine documents)."""
-        if self.max_delay is None or not state.open or state.count == state.delayed_count:
+        """MAX_DELAY: the open windows, when the delay passed and rows arrived since they were
+        last computed (TRUE_FOR does not hold them back, as TDengine documents)."""
+        rows = self._rows_taken(state)
+        if self.max_delay is None or rows is None or rows == state.delayed_count:
             return []
         if now - state.opened_at < self.max_delay:
             return []
-        state.delayed_count, state.opened_at = state.count, now
+        state.delayed_count, state.opened_at = rows, now
+        return self._open_windows(state)
+
+    def _rows_taken(self, state: RowState) -> int | None:
+        """The rows the open windows have taken (None: no window is open)."""
+        return state.count if state.open else None
+
+    def _open_windows(self, state: RowState) -> list[Fired]:
         return [Fired(MAX_DELAY, state.start, state.last, state.count, {})]
 
     def advance(self, state: RowState, changes: Iterable[RowChange], now: int = 0) -> list[Fired]:
@@ -205,28 +213,18 @@ class CountTrigger(RowWindowTrigger):
             # a sliding count window is written only when full
             fired.append(Fired(WINDOW_CLOSE, state.recent[0], change.ts, self.size, {}))
 
-    def delayed(self, state: RowState, now: int) -> list[Fired]:
-        """MAX_DELAY: every window not yet full — several at once when SLIDING is below the
-        size — when the delay passed and rows were counted since they were last computed
-        (TRIGGER AT_ONCE writes them at every write, as TDengine's legacy streams do)."""
-        if self.max_delay is None or state.counted == state.delayed_count:
-            return []
-        if now - state.opened_at < self.max_delay:
-            return []
-        state.delayed_count, state.opened_at = state.counted, now
-        return [
-            Fired(MAX_DELAY, state.recent[-rows], state.recent[-1], rows, {})
-            for rows in self._open_windows(state.counted)
-        ]
+    def _rows_taken(self, state: RowState) -> int | None:
+        return state.counted  # windows not yet full are open from the first counted row
 
-    def _open_windows(self, counted: int) -> list[int]:
-        """How many rows each window not yet full holds, oldest window first."""
+    def _open_windows(self, state: RowState) -> list[Fired]:
+        """Every window not yet full — several at once when SLIDING is below the size — oldest
+        first (TRIGGER AT_ONCE writes them at every write, as TDengine's legacy streams do)."""
         sizes = []
-        start = (counted - 1) // self.slide * self.slide  # the newest window start
-        while start >= 0 and counted - start < self.size:
-            sizes.append(counted - start)
+        start = (state.counted - 1) // self.slide * self.slide  # the newest window start
+        while start >= 0 and state.counted - start < self.size:
+            sizes.append(state.counted - start)
             start -= self.slide
-        return sizes[::-1]
+        return [Fired(MAX_DELAY, state.recent[-rows], state.recent[-1], rows, {}) for rows in reversed(sizes)]
 
     def at_end(self, state: RowState) -> list[Fired]:
         """The last window of a query may hold fewer than ``size`` counted rows: the first
