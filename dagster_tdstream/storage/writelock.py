@@ -15,7 +15,7 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 from ..errors import CatalogError
@@ -38,19 +38,13 @@ class WriteLocks:
         self.folder.mkdir(exist_ok=True)
         with ExitStack() as stack:
             for db, table in sorted(set(tables)):
-                stack.enter_context(self._one(db, table, wait=True))
+                stack.enter_context(self._one(db, table))
             yield
 
-    @contextmanager
-    def hold_if_free(self, db: str, table: str) -> Iterator[bool]:
+    def hold_if_free(self, db: str, table: str) -> AbstractContextManager[bool]:
         """Hold one table's lock if nobody holds it now (yields True), else yield False at once
         (a writer then stages its rows for group commit instead of waiting idle)."""
-        if self.folder is None:
-            yield True
-            return
-        self.folder.mkdir(exist_ok=True)
-        with self._one(db, table, wait=False) as held:
-            yield held
+        return self.hold_unless(db, table, lambda: True)
 
     @contextmanager
     def hold_unless(self, db: str, table: str, done: Callable[[], bool]) -> Iterator[bool]:
@@ -61,13 +55,13 @@ class WriteLocks:
             yield True
             return
         self.folder.mkdir(exist_ok=True)
-        with self._one(db, table, wait=True, done=done) as held:
+        with self._one(db, table, done) as held:
             yield held
 
     @contextmanager
-    def _one(self, db: str, table: str, *, wait: bool, done: Callable[[], bool] | None = None) -> Iterator[bool]:
-        """One table's lock: waited for (bounded) with ``wait`` until it is free or ``done()``,
-        else yields whether it was free."""
+    def _one(self, db: str, table: str, done: Callable[[], bool] | None = None) -> Iterator[bool]:
+        """One table's lock, waited for (bounded) until it is free or ``done()``; yields
+        whether it is held."""
         assert self.folder is not None
         fd = os.open(self.folder / f"{db}.{table}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -80,7 +74,7 @@ class WriteLocks:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if not wait or (done is not None and done()):
+                    if done is not None and done():
                         yield False
                         return
                     if time.monotonic() > deadline:
