@@ -34,6 +34,15 @@ def log_path(table: Path, version: int) -> Path:
     return table / "_delta_log" / f"{version:020}.json"
 
 
+def log_lines(table: Path, version: int) -> list[str] | None:
+    """The lines (one action each) of a version's log entry; None when it is not there (not
+    written yet, or cleaned up after a checkpoint)."""
+    try:
+        return log_path(table, version).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+
+
 def append_commit(table: Path, after: int, rows: pa.Table, commit_info: dict[str, Any]) -> int:
     """Commit ``rows`` as one new file of the table whose newest version is ``after`` (or later,
     when another writer committed meanwhile and only added files); returns the new version."""

@@ -24,7 +24,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from .append import CHECKPOINT_INTERVAL, append_commit, log_path
+from .append import CHECKPOINT_INTERVAL, append_commit, log_lines, log_path
 
 CDF_CONFIG = {
     "delta.enableChangeDataFeed": "true",
@@ -194,13 +194,9 @@ class DeltaStore:
         path = local_path(self.uri(db, table))
         found = []
         for version in range(start, self.latest_version(db, table) + 1):
-            try:
-                lines = log_path(path, version).read_text().splitlines()
-            except FileNotFoundError:
-                continue
-            for line in lines:
-                if line.startswith('{"commitInfo"') and key in (info := json.loads(line)["commitInfo"]):
-                    found.append((version, str(info[key])))
+            info = _commit_info(log_lines(path, version) or [])
+            if key in info:
+                found.append((version, str(info[key])))
         return found
 
     def commit_marks(self, db: str, table: str, start: int, end: int) -> dict[str, int] | None:
@@ -212,11 +208,10 @@ class DeltaStore:
             return None
         marks: dict[str, int] = {}
         for version in range(start, end + 1):
-            try:
-                lines = log_path(local_path(uri), version).read_text().splitlines()
-            except FileNotFoundError:
+            lines = log_lines(local_path(uri), version)
+            if lines is None:
                 return None
-            info = next((json.loads(line)["commitInfo"] for line in lines if line.startswith('{"commitInfo"')), {})
+            info = _commit_info(lines)
             if MARKS_KEY in info:
                 for name, key in json.loads(info[MARKS_KEY]).items():
                     marks[name] = max(key, marks.get(name, key))
@@ -303,9 +298,8 @@ class DeltaStore:
         path = local_path(self.uri(db, table))
         added: list[tuple[int, int, list[str]]] = []
         for version in range(start, end + 1):
-            try:
-                lines = log_path(path, version).read_text().splitlines()
-            except FileNotFoundError:
+            lines = log_lines(path, version)
+            if lines is None:
                 return None
             stamp, files = None, []
             for line in lines:
@@ -346,6 +340,11 @@ class DeltaStore:
         if cached is not None and cached[0] == _table_id(uri):
             return cached[1]
         return self.current(db, table)  # none yet, or the table was dropped and created again
+
+
+def _commit_info(lines: list[str]) -> dict[str, Any]:
+    """A log entry's commit info (empty when it has none)."""
+    return next((json.loads(line)["commitInfo"] for line in lines if line.startswith('{"commitInfo"')), {})
 
 
 def _marks_metadata(marks: dict[str, int], extra: dict[str, str] | None = None) -> dict[str, str]:

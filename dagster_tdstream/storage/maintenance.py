@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from ..sql.timeunits import parse_duration
-from .append import commit_actions, log_path, write_data_file
+from .append import commit_actions, log_lines, write_data_file
 from .delta import MARKS_KEY, is_local, local_path
 
 if TYPE_CHECKING:
@@ -194,9 +194,8 @@ def _vacuum(warehouse: Warehouse, db: str, storage: str) -> int:
     referenced = set(warehouse.delta.current(db, storage).file_uris())
     referenced = {uri.rsplit("/", 1)[-1] for uri in referenced}
     for version in range(needed, current + 1):
-        try:
-            lines = log_path(path, version).read_text().splitlines()
-        except FileNotFoundError:
+        lines = log_lines(path, version)
+        if lines is None:
             return 0  # a log entry a reader may need is gone: delete nothing
         for line in lines:
             action = json.loads(line)
