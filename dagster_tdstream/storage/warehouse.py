@@ -95,7 +95,7 @@ class Warehouse:
         self.spool = GroupCommit(local_path(self.uri) if is_local(self.uri) else None)
         # (db, table, table id) → (version, table name → key spans or None): the catalog's
         # spans as this process last wrote or read them, valid while the table is at that version
-        self._marks: dict[tuple[str, str, str], tuple[int, dict[str, keyspans.Spans | None]]] = {}
+        self._spans: dict[tuple[str, str, str], tuple[int, dict[str, keyspans.Spans | None]]] = {}
         self.recover_writes()  # a statement half-written by a process that died
 
     def close(self) -> None:
@@ -448,14 +448,14 @@ class Warehouse:
         current = self.delta.latest_version(db, storage)
         identity = self.delta.identity(db, storage)
         key = (db, storage, identity or "")
-        cached = self._marks.get(key) if identity is not None else None
+        cached = self._spans.get(key) if identity is not None else None
         if cached is None or cached[0] != current:
             verified = self.catalog.verified_version(db, storage)
             if verified != current and not (verified is None and current == 0):
                 self._catch_up(db, storage, verified, current, pk, is_super)
             cached = (current, {})
             if identity is not None:
-                self._marks[key] = cached
+                self._spans[key] = cached
         known = cached[1]
         missing = [name for name in tbnames if name not in known]
         if missing:
@@ -473,12 +473,12 @@ class Warehouse:
         self.catalog.record_writes(db, storage, marks, version, encoded)
         identity = self.delta.identity(db, storage)
         key = (db, storage, identity or "")
-        cached = self._marks.get(key)
+        cached = self._spans.get(key)
         if cached is not None and cached[0] == before and version == before + 1:
             cached[1].update(spans)
-            self._marks[key] = (version, cached[1])
+            self._spans[key] = (version, cached[1])
         else:
-            self._marks.pop(key, None)
+            self._spans.pop(key, None)
 
     def _catch_up(self, db: str, storage: str, verified: int | None, current: int, pk: str, is_super: bool) -> None:
         """Account in the catalog for the versions after ``verified`` (a writer died between its

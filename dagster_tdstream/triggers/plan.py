@@ -52,7 +52,8 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
     delete_recalc = stmt.option("DELETE_RECALC") is not None
     max_delay_option = stmt.option("MAX_DELAY")
     max_delay = max_delay_option.duration.nanos if max_delay_option and max_delay_option.duration else None
-    if stmt.option(ast.AT_ONCE) is not None and not isinstance(trigger, ast.EventTrigger):
+    at_once = stmt.option(ast.AT_ONCE) is not None
+    if at_once and not isinstance(trigger, ast.EventTrigger):
         # not a 3.3.7 option: the legacy TRIGGER AT_ONCE computes every window a write
         # touches at once, which is MAX_DELAY with no delay — except an event window, which
         # TDengine writes only once its end condition holds (at once then)
@@ -79,7 +80,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             # not a 3.3.7 option: the statement families that close windows by the wall clock
             # (2.x continuous queries, legacy FORCE_WINDOW_CLOSE) map onto it
             clock_close=stmt.option(ast.FORCE_WINDOW_CLOSE) is not None,
-            at_once=stmt.option(ast.AT_ONCE) is not None,
+            at_once=at_once,
         )
     true_for = None
     if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:
@@ -90,7 +91,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         "ignore_disorder": ignore_disorder,
         "max_delay": max_delay,
         "delete_recalc": delete_recalc,
-        "at_once": stmt.option(ast.AT_ONCE) is not None,
+        "at_once": at_once,
     }
     if isinstance(trigger, ast.StateTrigger):
         assert isinstance(trigger.expr, ast.Column)  # not_built says so otherwise
