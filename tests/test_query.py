@@ -388,8 +388,17 @@ def test_calendar_intervals_and_month_arithmetic(warehouse: object, spark: objec
     assert [(a.isoformat(), b.isoformat()) for a, b in shifted] == [
         ("2024-02-29T12:00:00+00:00", "2023-01-31T12:00:00+00:00")
     ]
-    with pytest.raises(QueryError, match="no SLIDING of another length"):
-        session.query("select count(*) from t interval(1n) sliding(1d)")
+    # a fixed SLIDING under a calendar INTERVAL: a month-long window every 4 weeks from Unix
+    # time 0 (TDengine's own test: 2021-03-18 08:00 +08:00 to 2021-04-18 08:00)
+    sliding = session.query("select _wstart, _wend, count(*) from t interval(1n) sliding(4w)").rows
+    assert [(w.strftime("%m-%d"), e.strftime("%m-%d"), n) for w, e, n in sliding] == [
+        ("12-21", "01-21", 1),
+        ("01-18", "02-18", 2),
+        ("03-14", "04-14", 1),
+        ("04-11", "05-11", 1),
+    ]  # fmt: skip (02-15 to 03-15 holds no row)
+    with pytest.raises(QueryError, match="needs SLIDING equal to the INTERVAL"):
+        session.query("select count(*) from t interval(1n) sliding(1d) fill(null)")
     # FILL over months: April has no rows (UTC); a WHERE range adds the months around the data
     filled = session.query("select _wstart, sum(v) from t interval(1n) fill(value, 0)").rows
     assert [(w.strftime("%Y-%m"), v) for w, v in filled] == [

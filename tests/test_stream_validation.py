@@ -70,6 +70,9 @@ def test_parse_command_fails_on_an_accepted_invalid_line(tmp_path: Path) -> None
         ("interval(10m) sliding(1s) from t into o as select _twstart, count(*) from %%trows", "at most 99"),
         ("interval(10s, 10s) sliding(5s) from t into o as select _twstart, count(*) from %%trows", "offset 10s"),
         ("session(ts, 1n) from t into o as select _twstart, count(*) from %%trows", "unit 'n'"),
+        ("interval(1n) sliding(1n) from t into o as select _twstart, count(*) from %%trows", "unit 'n'"),
+        ("interval(1y) sliding(1d) from t into o as select _twstart, count(*) from %%trows", "up to 365 overlapping"),
+        ("interval(1y, 1n) sliding(1w) from t into o as select _twstart, count(*) from %%trows", "not months"),
         ("count_window(0) from t into o as select _twstart, count(*) from %%trows", "between 1 and"),
         (
             "state_window(c) from t stream_options(ignore_disorder|ignore_disorder) into o "
@@ -119,10 +122,9 @@ def test_rules_without_catalog(sql: str, message: str) -> None:
 
 
 def test_calendar_intervals_are_accepted() -> None:
-    stmt = parse_statement(
-        "create stream s interval(1n) sliding(1d) from t into o as select _twstart, count(*) from %%trows"
-    )
-    validate_create_stream(stmt)
+    for trigger in ("interval(1n) sliding(1d)", "interval(1y, 2h) sliding(4w)", "interval(3n) sliding(1d)"):
+        stmt = parse_statement(f"create stream s {trigger} from t into o as select _twstart, count(*) from %%trows")
+        validate_create_stream(stmt)
 
 
 def test_notify_where_may_name_unaliased_result_columns() -> None:

@@ -436,7 +436,7 @@ def triggers_for_range(
         group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
         history = f" WHERE {pk} >= {stream.history_start}" if stream.history_start is not None else ""
         bounds = views.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{history}{group_by}")
-        low_ts, high_ts = start - spec.interval, end + spec.interval
+        low_ts, high_ts = start - spec.reach, end + spec.reach
         if stream.history_start is not None:
             low_ts = max(low_ts, stream.history_start)
         windows = views.sql(
@@ -456,12 +456,12 @@ def triggers_for_range(
     for row in bound_rows:
         values = [row[c] for c in stream.group_columns]
         group_counts = per_group.get(repr(values), {})
-        last = spec.floor(row["hi"] - trigger.watermark - spec.interval)
+        last = spec.last_closed(row["hi"] - trigger.watermark)
         if trigger.ignore_nodata:
             starts = sorted(s for s in group_counts if s <= last)
         else:
-            first = max(spec.first_start(row["lo"]), spec.floor(start - 1) + spec.sliding)
-            starts = list(range(first, min(last, end - 1) + 1, spec.sliding))
+            first = max(spec.first_start(row["lo"]), spec.after(spec.floor(start - 1)))
+            starts = list(spec.between(first, min(last, end - 1)))
         group_id = group_identity(warehouse, stream, values)
         for s in starts:
             fired = Fired(WINDOW_CLOSE, s, spec.end(s), group_counts.get(s, 0))

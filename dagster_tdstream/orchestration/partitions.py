@@ -37,7 +37,7 @@ def partition_grain(stream: StreamDefinition) -> str:
     if isinstance(trigger, SlidingPointTrigger):
         length = trigger.spec.step
     elif isinstance(trigger, WindowTrigger):
-        length = trigger.spec.interval
+        length = trigger.spec.reach
     else:
         return DAILY
     return HOURLY if length * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sql.intervals import IntervalSpec
+from ..sql.intervals import CalendarIntervalSpec, IntervalSpec
 
 MAX_DELAY = "MAX_DELAY"  # an open window computed because MAX_DELAY passed (processing time)
 WINDOW_OPEN = "WINDOW_OPEN"
@@ -95,7 +95,7 @@ class WindowTrigger:
     (``clock_closed``), whatever the rows' event times — 2.x continuous queries and the legacy
     FORCE_WINDOW_CLOSE, which compute each window once, when it is over by the wall clock."""
 
-    spec: IntervalSpec
+    spec: IntervalSpec | CalendarIntervalSpec
     watermark: int = 0
     ignore_nodata: bool = False
     ignore_disorder: bool = False
@@ -144,7 +144,7 @@ class WindowTrigger:
                 # windows the new progress passes close before the row opens its own (the row
                 # never falls in one of them: they end at or before ts - watermark), and a
                 # window can close only once the progress passes the first open window's end
-                if not self.clock_close and ts - self.watermark - self.spec.interval >= state.next_close:
+                if not self.clock_close and self.spec.end(state.next_close) <= ts - self.watermark:
                     fired.extend(self._close(state, ts - self.watermark))
             for start in self.spec.starts(ts):
                 if start < state.next_close:
@@ -189,13 +189,13 @@ class WindowTrigger:
         assert state.next_close is not None
         # the last window whose end the progress (event time less the watermark, or the
         # processing time) has reached
-        last = self.spec.floor(progress - self.spec.interval)
+        last = self.spec.last_closed(progress)
         if last < state.next_close:
             return []
         if self.ignore_nodata:  # jump over empty windows instead of walking a long gap
             starts: Iterable[int] = sorted(s for s in state.counts if s <= last)
         else:
-            starts = range(state.next_close, last + 1, self.spec.sliding)
+            starts = self.spec.between(state.next_close, last)
         fired = []
         for start in starts:
             count = state.counts.pop(start, 0)
@@ -210,5 +210,5 @@ class WindowTrigger:
             if WINDOW_CLOSE in self.events:
                 fired.append(Fired(WINDOW_CLOSE, start, self.spec.end(start), count))
             state.opened.discard(start)
-        state.next_close = last + self.spec.sliding
+        state.next_close = self.spec.after(last)
         return fired

@@ -26,8 +26,6 @@ def not_built(stmt: ast.CreateStream) -> list[str]:
     """What the stream needs that this build does not evaluate yet (empty: it runs)."""
     missing = []
     trigger = stmt.trigger
-    if isinstance(trigger, ast.SlidingTrigger) and trigger.interval is not None and trigger.interval.is_calendar:
-        missing.append("calendar INTERVAL units (n, y) in triggers")
     if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column):
         missing.append("STATE_WINDOW over an expression")
     return missing
@@ -67,7 +65,9 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         points = PointSpec(trigger.sliding.in_precision(precision), offset, precision, resolve_timezone(timezone))
         return SlidingPointTrigger(points, ignore_nodata=stmt.option("IGNORE_NODATA_TRIGGER") is not None)
     if isinstance(trigger, ast.SlidingTrigger):
-        spec = IntervalSpec.from_durations(trigger.interval, trigger.sliding, trigger.interval_offset, precision)
+        spec = IntervalSpec.from_durations(
+            trigger.interval, trigger.sliding, trigger.interval_offset, precision, resolve_timezone(timezone).key
+        )
         watermark = stmt.option("WATERMARK")
         return WindowTrigger(
             spec=spec,

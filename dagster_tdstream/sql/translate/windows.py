@@ -9,10 +9,10 @@ import itertools
 
 from .. import ast
 from ..constants import INT64_MAX, INT64_MIN
-from ..intervals import IntervalSpec
+from ..intervals import CalendarIntervalSpec, IntervalSpec
 from ..limits import MAX_FILL_WINDOWS
 from ..rowwindows import STATE_VALUE, QueryRowWindow, counted_value, end_flag, start_flag
-from ..timeunits import TimeValueError
+from ..timeunits import DAY_NANOS, PRECISIONS, TimeValueError
 from .functions import NUMERIC
 from .render import Renderer
 from .scope import (
@@ -63,6 +63,10 @@ def filled_windows(
     if window.interval.is_calendar:  # a grid of month indices, each mapped to its start
         if stream is not None:
             raise query_error("FILL over calendar INTERVAL windows in a stream's query is not supported yet", select)
+        if window.offset is not None or (window.sliding is not None and window.sliding != window.interval):
+            raise query_error(
+                "FILL over calendar INTERVAL windows needs SLIDING equal to the INTERVAL and no offset", select
+            )
         step = window.interval.months
         first = f"min({render.month_index(f'{low}L' if low != INT64_MIN else '__w')})"
         first = f"({first} - pmod({first}, {step}))"
@@ -241,22 +245,29 @@ def label_row_windows(
 
 
 def calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: Scope, render: Renderer) -> None:
-    """INTERVAL(k n) / INTERVAL(k y): natural months and years of the session time zone,
-    counted from January 1970 (so 3n windows are quarters, 1y windows calendar years); a
-    window ends where the next begins, so its length follows the calendar."""
-    months = window.interval.months if window.interval.is_calendar else 0
-    if not months or (window.sliding is not None and window.sliding != window.interval):
-        raise query_error(
-            "a calendar INTERVAL (n, y) takes no SLIDING of another length, and a calendar SLIDING needs one", select
+    """INTERVAL in n / y: the windows of ``CalendarIntervalSpec`` on the session time zone's
+    calendar — natural months and years counted from January 1970 (3n windows are quarters,
+    1y calendar years) when SLIDING is calendar too or absent, a month-long window every
+    fixed SLIDING from Unix time 0 otherwise (TDengine's INTERVAL(1n) SLIDING(1d)); a window
+    ends its months after its start, so its length follows the calendar."""
+    if window.sliding is not None and window.sliding.is_calendar and not window.interval.is_calendar:
+        raise query_error(f"a calendar SLIDING ({window.sliding}) needs a calendar INTERVAL", select)
+    if window.offset is not None and window.offset.is_calendar:
+        raise query_error(f"INTERVAL offset {window.offset} must be a fixed duration, not months", select)
+    try:
+        spec = IntervalSpec.from_durations(
+            window.interval, window.sliding or window.interval, window.offset, scope.precision, render.ctx.timezone.key
         )
-    if window.offset is not None:
-        raise query_error("a calendar INTERVAL (n, y) takes no offset", select)
-    assert scope.pk is not None
-    month = render.month_index(scope.pk.removeprefix("d."))
-    end = render.shift_months("d.__qw", months)
+    except TimeValueError as exc:
+        raise query_error(str(exc), select) from None
+    assert isinstance(spec, CalendarIntervalSpec) and scope.pk is not None
+    longest = window.interval.months * 31 * DAY_NANOS // PRECISIONS[scope.precision]
+    if spec.sliding_months > spec.months or spec.sliding > longest:
+        raise query_error(f"SLIDING {window.sliding} must not be larger than INTERVAL {window.interval}", select)
+    end = spec.end_sql("d.__qw")
     scope.window = window
     scope.window_sql = {
-        "label": render.month_start(f"({month} - pmod({month}, {months}))"),
+        "label": spec.label_sql(scope.pk.removeprefix("d.")),
         "_wstart": "d.__qw",
         "_wend": end,
         "_wduration": f"({end} - d.__qw)",
@@ -264,12 +275,14 @@ def calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: Scop
 
 
 def interval_spec(window: ast.IntervalWindow, scope: Scope, select: ast.Select) -> IntervalSpec:
+    """A fixed-length INTERVAL's geometry (calendar ones: ``calendar_windows``)."""
     try:
         spec = IntervalSpec.from_durations(
             window.interval, window.sliding or window.interval, window.offset, scope.precision
         )
     except TimeValueError as exc:
         raise query_error(str(exc), select) from None
+    assert isinstance(spec, IntervalSpec)
     if spec.sliding > spec.interval:
         raise query_error(f"SLIDING {window.sliding} must not be larger than INTERVAL {window.interval}", select)
     return spec
