@@ -86,6 +86,10 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         ("create stream s into o(a, b, c) tags(c varchar(60)) as select _wstart, count(*), max(a) from st partition by tbname c interval(10s)", "duplicate output column name 'c'"),
         ("create stream `` into o as select count(*) from st interval(10s)", "a quoted name cannot be empty"),
         ("create stream s into o(a, b, c) as select count(*) c1, max(a) from st interval(10s)", "names 3 column(s), the query returns 2 (c1, max(a))"),
+        ("create stream s into o as select _wstart, count(*), max(a) from t1 interval(10s) fill(value, 1)", "FILL(VALUE, …) needs 2 value(s)"),
+        ("create stream s into o as select _wstart + 1s, count(*) from t1 interval(10s) fill(prev)", "selected as it is"),
+        ("create stream s into o as select _wstart, count(*) from t1 interval(10s) fill(prev) having count(*) > 1", "FILL with HAVING"),
+        ("create stream s trigger force_window_close into o as select _wstart, count(*) from st partition by tbname interval(10s) fill(linear)", "allows FILL PREV, NULL, NONE and VALUE"),
     ],
 )  # fmt: skip
 def test_legacy_rules_reject_with_a_position_and_create_nothing(
@@ -381,3 +385,82 @@ def test_over_a_composite_primary_key_intervals_and_rows_with_their_key_are_acce
         sql_session.execute("create stream r2 trigger at_once into rows_out2 as select ts, 1 one, b from t1")
     assert (info.value.line, info.value.column) == (1, 52)  # the query
     assert len(load_streams(sql_session.warehouse)) == 2
+
+
+W0 = T0 - T0 % 10_000  # a whole 10 s window
+FILLS = ["null", "value, -1, -2, -3", "prev", "next", "linear"]
+
+
+def test_window_close_fills_the_windows_without_rows_as_the_query_does(
+    session: Session, harness: StreamHarness
+) -> None:
+    """FILL in a legacy INTERVAL stream: the windows between a group's windows with rows are
+    written with the later one (NEXT and LINEAR need it), equal to the batch query's FILL."""
+    _setup(session)
+    for i, fill in enumerate(FILLS):
+        session.execute(
+            f"create stream f{i} into fo{i} as select _wstart ws, count(*) c, sum(a) s, max(b) m from st "
+            f"partition by tbname interval(10s) fill({fill})"
+        )
+    rows = [(1_000, 1, 7), (1_500, 2, 3), (42_000, 10, 1), (65_000, 4, 9)]
+    session.execute("insert into t1 values " + " ".join(f"({W0 + t}, {a}, {b})" for t, a, b in rows))
+    session.execute(f"insert into t2 values ({W0 + 5_000}, 100, 100) ({W0 + 31_000}, 50, 50)")
+    assert harness.run_until_idle().failures == []
+    # the progress (65 s) closed [0, 10) … [40, 50): the gap before 40 s is filled, [50, 60) is
+    # not written until the window after it is
+    for i, fill in enumerate(FILLS):
+        group = _group_id(session, i, "t1")
+        written = output(session, f"select ws from fo{i} where group_id = {group} order by ws")
+        assert [w - W0 for (w,) in written] == [0, 10_000, 20_000, 30_000, 40_000], fill
+    session.execute(f"insert into t1 values ({W0 + 95_000}, 3, 3) t2 values ({W0 + 45_000}, 5, 5)")
+    assert harness.run_until_idle().failures == []
+    for i, fill in enumerate(FILLS):
+        for child, groups in (("t1", 0), ("t2", 1)):
+            end = W0 + (70_000 if groups == 0 else 40_000)
+            query = f"select _wstart, count(*), sum(a), max(b) from {child} where ts < {end} interval(10s) fill({fill})"
+            expected = output(session, query)
+            group = _group_id(session, i, child)
+            written = output(session, f"select ws, c, s, m from fo{i} where group_id = {group} order by ws")
+            assert written == expected, (fill, child)
+
+
+def _group_id(session: Session, index: int, child: str) -> int:
+    """The output child table of a source child table: the one holding its first window."""
+    (first, total), *_ = output(session, f"select _wstart, sum(a) from {child} interval(10s)")
+    return output(session, f"select group_id from fo{index} where ws = {first} and s = {total}")[0][0]
+
+
+def test_force_window_close_fills_each_window_the_clock_closes(warehouse: object, spark: object) -> None:
+    from dagster_tdstream.compute.spark import LazySpark
+
+    now = [(W0 + 3_000) * 10**6]
+    session = Session(warehouse, timezone="UTC", spark=LazySpark(session=spark), clock=lambda: now[0])  # type: ignore[arg-type]
+    harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: now[0])  # type: ignore[arg-type]
+    _setup(session)
+    session.execute(
+        "create stream fp trigger force_window_close ignore expired 1 ignore update 1 into fpo as "
+        "select _wstart ws, count(*) c, sum(a) s from t1 interval(10s) fill(prev);"
+        "create stream fv trigger force_window_close ignore expired 1 ignore update 1 into fvo as "
+        "select _wstart ws, count(*) c, sum(a) s from t1 interval(10s) fill(value, 0, -1)"
+    )
+    session.execute(f"insert into t1 values ({W0 + 1_000}, 1, 1) ({W0 + 2_000}, 2, 2)")
+    assert harness.run_until_idle().failures == []
+    now[0] = (W0 + 35_000) * 10**6  # the clock closes [0, 10), [10, 20), [20, 30): two without rows
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select ws, c, s from fpo") == [(W0, 2, 3), (W0 + 10_000, 2, 3), (W0 + 20_000, 2, 3)]
+    assert output(session, "select ws, c, s from fvo") == [(W0, 2, 3), (W0 + 10_000, 0, -1), (W0 + 20_000, 0, -1)]
+
+
+def test_a_stream_without_partition_by_writes_into_an_existing_tagged_super_table(
+    session: Session, harness: StreamHarness
+) -> None:
+    """As TDengine accepts it (udTableAndCol0.sim): the one group's child table, its tags NULL."""
+    _setup(session)
+    session.execute(
+        "create table nt (ts timestamp, a int, b int);"
+        "create stable rst (ts timestamp, a int, b int) tags (ta varchar(100));"
+        "create stream s21 trigger at_once into rst as select ts, a, b from nt"
+    )
+    session.execute(f"insert into nt values ({T0}, 1, 2) ({T0 + 1000}, 3, 4)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select ts, a, b, ta from rst order by ts") == [(T0, 1, 2, None), (T0 + 1000, 3, 4, None)]

@@ -229,8 +229,11 @@ def tag_values(stream: StreamDefinition, group: Group, tags: tuple[ast.ColumnDef
             tag.name.lower(): coerce(evaluate_group_expr(tag.expr, stream, group), tag.type, tag.name)
             for tag in stream.stmt.tags
         }
-    if tags == (GROUP_ID_TAG,) and stream.stmt.option(ast.LEGACY_OUTPUT) is not None:
+    legacy = stream.stmt.option(ast.LEGACY_OUTPUT) is not None
+    if tags == (GROUP_ID_TAG,) and legacy:
         return {GROUP_ID_TAG.name: group.group_id if stream.group_columns else 0}
+    if legacy and not stream.group_columns:  # an existing super table's tags: the one group has none
+        return {tag.name: None for tag in tags}
     return {tag.name: value for tag, value in zip(tags, group.values, strict=True)}
 
 

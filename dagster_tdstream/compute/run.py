@@ -44,6 +44,7 @@ from ..triggers.plan import computed_events, not_built, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows
+from .fill import fill_windows
 from .output import Group, group_of, write_results
 from .query import run_query
 from .shared_rows import SharedRows
@@ -129,6 +130,9 @@ def compute_triggers(
     if empty:  # no rows are left in these windows: they are retracted below, not written
         keep = pc.invert(pc.is_in(result.column("__tid"), pa.array(sorted(empty), result.column("__tid").type)))
         result = result.filter(keep)
+    if stream.stmt.option(ast.LEGACY_FILL) is not None and computable:
+        assert isinstance(trigger, WindowTrigger)  # the legacy family fills INTERVAL windows only
+        result = fill_windows(warehouse, stream, trigger, result, computable, clock(), replace_range)
     groups = {int(t["id"]): group_of(t) for t in computable}
     results = _results_by_trigger(stream, translated.columns, result) if computable else {}
     if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:

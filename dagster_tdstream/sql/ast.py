@@ -498,13 +498,14 @@ Trigger = PeriodTrigger | SlidingTrigger | SessionTrigger | StateTrigger | Event
 @dataclass(frozen=True)
 class StreamOption:
     """One of STREAM_OPTIONS(...): ``name`` upper case; ``duration``/``start``/``expr``/
-    ``event_types`` hold the argument of the options that take one."""
+    ``event_types``/``fill`` hold the argument of the options that take one."""
 
     name: str
     duration: Duration | None = None
     start: Literal | None = None
     expr: Expr | None = None
     event_types: tuple[str, ...] = ()
+    fill: Fill | None = None
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
 
@@ -568,6 +569,9 @@ LEGACY_OUTPUT = "LEGACY_OUTPUT"
 # the legacy COUNT_WINDOW (and a legacy stream without a window, each row its own count
 # window) re-derives its windows on out-of-order rows, updates and deletes; 3.3.7's does not
 RECALC_COUNT_WINDOW = "RECALC_COUNT_WINDOW"
+# the legacy streams' INTERVAL … FILL(mode): the windows of a group without rows are written
+# too (3.3.7 fills inside its query instead; ``compute/fill.py``)
+LEGACY_FILL = "LEGACY_FILL"
 
 
 @dataclass(frozen=True)

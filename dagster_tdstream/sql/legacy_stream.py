@@ -190,12 +190,8 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
         _validate_scalar(stmt)
     if query.having is not None and not isinstance(window, ast.IntervalWindow):
         raise _error(stmt, "HAVING is allowed only with INTERVAL in a stream's query", query.having.pos)
-    if (
-        isinstance(window, ast.IntervalWindow)
-        and window.fill is not None
-        and stmt.trigger not in ("FORCE_WINDOW_CLOSE",)
-    ):
-        raise _error(stmt, "FILL in a legacy stream needs TRIGGER FORCE_WINDOW_CLOSE")
+    if isinstance(window, ast.IntervalWindow) and window.fill is not None:
+        _validate_fill(stmt, window.fill)
     if is_interp_query(stmt.query):
         _validate_interp(stmt)
     allowed = {"interp"} if query.interp is not None else set()
@@ -317,6 +313,30 @@ def _validate_interp(stmt: ast.CreateLegacyStream) -> None:
         )  # fmt: skip
 
 
+def _validate_fill(stmt: ast.CreateLegacyStream, fill: ast.Fill) -> None:
+    """FILL of the windows without rows (``compute/fill.py``): window pseudo-columns selected
+    bare (the filled window's own), one VALUE per column read from the rows."""
+    mode = fill.mode.removesuffix("_F")
+    if stmt.query.having is not None:
+        message = "FILL with HAVING is not supported: a window HAVING drops would be filled"
+        raise _error(stmt, message, stmt.query.having.pos)
+    if mode == "NEAR":
+        raise _error(
+            stmt, "FILL(NEAR) fills INTERP's points; windows fill with NONE, NULL, VALUE, PREV, NEXT or LINEAR"
+        )
+    filled = 0
+    for item in stmt.query.items:
+        expr = _trigger_names(item.expr)
+        pseudo = [n for n in walk(expr) if isinstance(n, ast.Column) and n.name.lower() in WINDOW_NAMES.values()]
+        if pseudo and not (isinstance(expr, ast.Column) and expr is pseudo[0]):
+            message = f"with FILL a window pseudo-column is selected as it is, not in {item.text}"
+            raise _error(stmt, message, item.expr.pos)
+        if not pseudo and any(isinstance(n, ast.Func | ast.Column) for n in walk(_group_keys(stmt, expr))):
+            filled += 1
+    if mode == "VALUE" and len(fill.values) != filled:
+        raise _error(stmt, f"FILL(VALUE, …) needs {filled} value(s), one per filled column; got {len(fill.values)}")
+
+
 def equivalent_stream(
     stmt: ast.CreateLegacyStream, timestamp_column: str, column_types: Mapping[str, ast.DataType]
 ) -> ast.CreateStream:
@@ -328,6 +348,7 @@ def equivalent_stream(
     # without a window each row is its own window: COUNT_WINDOW(1) writes it as it arrives
     window = query.window or ast.CountWindow(1)
     assert isinstance(query.source, ast.TableSource)  # validated at CREATE
+    clock_closed = stmt.trigger == "FORCE_WINDOW_CLOSE"
     legacy = ("DELETE_RECALC", ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW)
     options = [ast.StreamOption(name) for name in legacy]
     if stmt.ignore_expired:
@@ -336,8 +357,13 @@ def equivalent_stream(
         options.append(ast.StreamOption("FILL_HISTORY"))
     if stmt.watermark is not None:
         options.append(ast.StreamOption("WATERMARK", duration=stmt.watermark))
-    if isinstance(window, ast.IntervalWindow) and window.fill is None:
-        # the legacy engine writes the windows that hold rows, as an INTERVAL query does
+    fill = window.fill if isinstance(window, ast.IntervalWindow) else None
+    if fill is not None and fill.mode != "NONE":
+        options.append(ast.StreamOption(ast.LEGACY_FILL, fill=fill))
+    if isinstance(window, ast.IntervalWindow) and (fill is None or fill.mode == "NONE" or not clock_closed):
+        # the legacy engine writes the windows that hold rows, as an INTERVAL query does; FILL
+        # writes the others with the next window that holds rows, or (FORCE_WINDOW_CLOSE) as
+        # the wall clock closes them
         options.append(ast.StreamOption("IGNORE_NODATA_TRIGGER"))
     if stmt.trigger == "AT_ONCE":
         options.append(ast.StreamOption(ast.AT_ONCE))
