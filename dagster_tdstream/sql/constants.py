@@ -78,7 +78,26 @@ def evaluate(expr: ast.Expr, ctx: ConstantContext, *, timestamp: bool = False) -
         if right == 0:
             raise _reject("division by zero", expr)
         return left / right  # type: ignore[operator]
+    if isinstance(expr, ast.Cast):
+        return _cast(expr, ctx)
     raise _reject("expected a constant value (a literal, now, now+1s or a timestamp string)", expr)
+
+
+def _cast(expr: ast.Cast, ctx: ConstantContext) -> object:
+    """``CAST(constant AS type)`` to a timestamp, a number, a string or a bool (TDengine's
+    scripts write ``delete … where ts = cast(1668073288214 as timestamp)``)."""
+    name = expr.type.name.split()[0]
+    value = evaluate(expr.operand, ctx, timestamp=name == "TIMESTAMP")
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if name in ("TIMESTAMP", "BIGINT", "INT", "SMALLINT", "TINYINT") and numeric:
+        return int(value)  # type: ignore[arg-type]
+    if name in ("FLOAT", "DOUBLE") and numeric:
+        return float(value)  # type: ignore[arg-type]
+    if name in ("VARCHAR", "BINARY", "NCHAR") and value is not None:
+        return str(value)[: expr.type.length] if expr.type.length else str(value)
+    if name == "BOOL" and (numeric or isinstance(value, bool)):
+        return bool(value)
+    raise _reject(f"cannot cast {value!r} to {expr.type} in a constant", expr)
 
 
 def _today(ctx: ConstantContext) -> int:
