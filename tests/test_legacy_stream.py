@@ -89,6 +89,7 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         ("create stream s into o as select _wstart, count(*), max(a) from t1 interval(10s) fill(value, 1)", "FILL(VALUE, …) needs 2 value(s)"),
         ("create stream s into o as select _wstart + 1s, count(*) from t1 interval(10s) fill(prev)", "selected as it is"),
         ("create stream s into o as select _wstart, count(*) from t1 interval(10s) fill(prev) having count(*) > 1", "FILL with HAVING"),
+        ("create stream s into o tags(x varchar(10)) as select _wstart, count(*) from st partition by tbname, ta as dd interval(10s)", "fewer tags must each name a PARTITION BY alias"),
         ("create stream s trigger force_window_close into o as select _wstart, count(*) from st partition by tbname interval(10s) fill(linear)", "allows FILL PREV, NULL, NONE and VALUE"),
     ],
 )  # fmt: skip
@@ -464,3 +465,37 @@ def test_a_stream_without_partition_by_writes_into_an_existing_tagged_super_tabl
     session.execute(f"insert into nt values ({T0}, 1, 2) ({T0 + 1000}, 3, 4)")
     assert harness.run_until_idle().failures == []
     assert output(session, "select ts, a, b, ta from rst order by ts") == [(T0, 1, 2, None), (T0 + 1000, 3, 4, None)]
+
+
+def test_tags_may_name_only_the_aliased_partitions(session: Session, harness: StreamHarness) -> None:
+    """``partition by tbname, ta as dd`` with ``TAGS(dd …)``: one output table per partition,
+    tagged with the aliased value (TDengine's continuous_window_close scripts)."""
+    _setup(session)
+    session.execute(
+        "create stream s6 trigger at_once into o6 tags(dd varchar(100)) "
+        "subtable(concat('s6-', cast(dd as varchar(10)))) as select _wstart ws, count(*) c1 from st "
+        "partition by tbname, ta as dd interval(10s)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 1, 1) t2 values ({T0}, 2, 2)")
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select dd, c1 from o6")) == [("1", 1), ("2", 1)]
+    names = sorted(
+        r[0]
+        for r in session.query("select table_name from information_schema.ins_tables where stable_name = 'o6'").rows
+    )
+    assert [n.split("_")[0] for n in names] == ["s6-1", "s6-2"]
+
+
+def test_a_window_closed_and_emptied_in_one_batch_is_not_written(session: Session, harness: StreamHarness) -> None:
+    """Rows written, closed by a later row and deleted before the stream runs: the window's
+    close and its recalculation meet in one batch, and neither writes it (delete_interval_recalc)."""
+    _setup(session)
+    session.execute(
+        "create stream s0 trigger at_once into o0 as select _wstart c1, count(*) c2, max(a) c3 from t1 interval(10s)"
+    )
+    w = W0 + 10_000
+    session.execute(f"insert into t1 values ({w + 1}, 1, 1) ({w + 2}, 2, 2)")
+    session.execute(f"insert into t1 values ({w + 10_001}, 5, 5)")  # closes [w, w + 10 s)
+    session.execute(f"delete from t1 where ts >= {w} and ts < {w + 10_000}")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o0") == [(w + 10_000, 1, 5, 0)]

@@ -195,7 +195,11 @@ def _emptied_windows(
     counted = views.register(_with_row_counts(views, triggers_view, view, stream, label, timezone), "counted")
     found = views.sql(f"SELECT __tid FROM `{counted}` WHERE _twrownum = 0").toArrow().column("__tid").to_pylist()
     recalculated = {int(t["id"]) for t in triggers if t["event"] == RECALC}
-    return empty | {int(tid) for tid in found if int(tid) in recalculated}
+    empty |= {int(tid) for tid in found if int(tid) in recalculated}
+    # a window closed and then emptied within one batch (rows written, then deleted) has its
+    # close computed on the rows left too: every trigger of an emptied window goes
+    windows = {(t["group_id"], t["wstart"]) for t in triggers if int(t["id"]) in empty}
+    return empty | {int(t["id"]) for t in triggers if (t["group_id"], t["wstart"]) in windows}
 
 
 def _results_by_trigger(

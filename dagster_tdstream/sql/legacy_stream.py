@@ -247,10 +247,19 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
             raise _error(stmt, "COUNT_WINDOW streams need a WATERMARK", query.pos)
         if not stmt.ignore_expired:
             raise _error(stmt, "COUNT_WINDOW streams need IGNORE EXPIRED 1", opt("IGNORE EXPIRED"))
-    if len(stmt.tags) and query.partition_by and len(stmt.tags) != len(query.partition_by):
+    aliases = {a.lower() for a in query.partition_aliases if a}
+    if (
+        len(stmt.tags)
+        and query.partition_by
+        and len(stmt.tags) != len(query.partition_by)
+        # fewer tags than partitions: each names a PARTITION BY alias (``partition by tbname,
+        # ta as dd`` with ``TAGS(dd …)``, as TDengine's scripts write it)
+        and not (len(stmt.tags) < len(query.partition_by) and all(t.name.lower() in aliases for t in stmt.tags))
+    ):
         raise _error(
             stmt,
-            f"TAGS names {len(stmt.tags)} tags but PARTITION BY has {len(query.partition_by)} expressions",
+            f"TAGS names {len(stmt.tags)} tags but PARTITION BY has {len(query.partition_by)} expressions "
+            "(fewer tags must each name a PARTITION BY alias)",
             stmt.tags[0].pos,
         )
 
