@@ -631,6 +631,10 @@ class Session:
         from .compute.tsma_states import read_states
         from .storage.spark_read import SparkViews
 
+        # a statement into several tables whose writer died between their commits is rolled
+        # forward before this reads them, so a query never sees part of one (a statement still
+        # being written holds the tables' locks: this waits for it, then finds it done)
+        self.warehouse.recover_writes()
         if newest is not None and not newest.covers(self.warehouse):
             return None
         views = SparkViews(self.spark.get(), self.warehouse, self.database, newest.floors if newest else None)

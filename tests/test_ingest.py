@@ -345,24 +345,33 @@ def test_a_rejected_frame_writes_nothing(
 
 
 def test_a_statement_into_two_tables_killed_between_their_commits_is_rolled_forward_whole(
-    sql_session: Session, warehouse: Warehouse
+    session: Session, warehouse: Warehouse
 ) -> None:
-    sql_session.execute(SCHEMA + "create table nt (ts timestamp, v int)")
+    session.execute(SCHEMA + "create table nt (ts timestamp, v int)")
     statement = "insert into c1 values (1000, 1, 1, true, 'a', 'a') (2000, 2, 2, true, 'b', 'b') nt values (1000, 7)"
     killed = _write_in_process(warehouse, statement, failpoint="between-table-commits")
     assert killed == -signal.SIGKILL
     # the process died with c1's rows committed and nt's not: whoever opens the warehouse next
     # writes the rest of the statement, once
     assert warehouse.intents.unfinished() != []
+    # a query in a process that had the warehouse open before the crash reads the whole
+    # statement, never c1's rows without nt's
+    assert session.query("select count(*) from nt").rows == [(1,)]
+    assert warehouse.intents.unfinished() == []
+    _write_in_process(warehouse, statement.replace("1000", "5000"), failpoint="between-table-commits")
+    assert warehouse.intents.unfinished() != []
     reopened = Warehouse(warehouse.uri)
     assert reopened.intents.unfinished() == []
-    assert _keys(reopened) == [("c1", 1000), ("c1", 2000)]
-    assert [(r["ts"], r["v"]) for r in reopened.read_table(reopened.table("d", "nt")).to_pylist()] == [(1000, 7)]
+    assert _keys(reopened) == [("c1", 1000), ("c1", 2000), ("c1", 5000)]
+    assert sorted((r["ts"], r["v"]) for r in reopened.read_table(reopened.table("d", "nt")).to_pylist()) == [
+        (1000, 7),
+        (5000, 7),
+    ]
     assert reopened.recover_writes() == 0
     # the client retries the statement it never saw acknowledged: no row twice
     Session(reopened, database="d").execute(statement)
-    assert _keys(reopened) == [("c1", 1000), ("c1", 2000)]
-    assert len(reopened.read_table(reopened.table("d", "nt"))) == 1
+    assert _keys(reopened) == [("c1", 1000), ("c1", 2000), ("c1", 5000)]
+    assert len(reopened.read_table(reopened.table("d", "nt"))) == 2
     reopened.close()
 
 
