@@ -104,6 +104,28 @@ class IntervalSpec:
         return f"explode(sequence({shifted_floor} + {self.sliding}, {floor}, CAST({self.sliding} AS BIGINT)))"
 
 
+# the rule as docs/sql-support.md states it (generated from here with the function tables)
+CALENDAR_RULES = (
+    "`INTERVAL` in `n` (months) or `y` (years, 12n), in queries and stream triggers, on the calendar",
+    "of the session's (a stream's: its creator's) time zone, as TDengine computes them: a window",
+    "lasts its months from its start — the same day and time of day, the day clamped to a shorter",
+    "month's last (`taosTimeAdd`).",
+    "",
+    "| form | windows |",
+    "|---|---|",
+    "| `INTERVAL(k n)` (no SLIDING, or SLIDING in months: legacy streams, continuous queries, TSMAs) "
+    "| natural months counted from January 1970 at local midnight: `1n` months, `3n` quarters, `1y` "
+    "years; SLIDING in months steps through them |",
+    "| `INTERVAL(k n[, o]) SLIDING(s)` with a fixed `s` (the only form a 3.3.7 trigger takes: its "
+    "SLIDING is `a`…`w`) | one every `s` from Unix time 0 (plus `o`), each `k` months long: "
+    "`INTERVAL(1n) SLIDING(4w)` gives 2021-03-18 08:00 to 2021-04-18 08:00 in UTC+8 |",
+    "",
+    "A row belongs to the windows from the latest start at or before it back to the earliest still",
+    "holding it. The offset is a fixed duration; a trigger takes at most 99 windows per row,",
+    "a month counting as 31 days (`INTERVAL(1y) SLIDING(1d)` is refused); FILL over calendar",
+    "windows needs SLIDING equal to the INTERVAL.",
+)
+
 _DAY_SECONDS = 86400
 # the most windows a row may fall in (validate.py's limit), so the walk back from a row's
 # latest window to its earliest is bounded

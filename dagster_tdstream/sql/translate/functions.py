@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..intervals import CALENDAR_RULES
 from ..limits import LIMITS
 from ..tsma import FUNCTION_STATES, TSMA_FUNCTIONS
 
@@ -212,6 +213,7 @@ def sql_support_markdown() -> str:
     lines += [
         f"| `{name}` | {', '.join(f'`{kind}_col`' for kind in FUNCTION_STATES[name])} |" for name in TSMA_FUNCTIONS
     ]
+    lines += ["", "## Calendar windows", "", *CALENDAR_RULES]
     lines += ["", "## Limits", "", "Beyond them a statement is refused with its position.", ""]
     lines += ["| limit | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in LIMITS.items())]
     return "\n".join(lines) + "\n"
