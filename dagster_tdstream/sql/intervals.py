@@ -173,6 +173,7 @@ class CalendarIntervalSpec:
         local, _ = self._split(ts)
         return (local.year - 1970) * 12 + local.month - 1
 
+    @lru_cache(maxsize=4096)  # noqa: B019 - as ``end``
     def _month_start(self, month: int) -> int:
         year, index = divmod(month, 12)
         return self._join(datetime(1970 + year, index + 1, 1, tzinfo=_zone(self.timezone)), 0)
@@ -201,6 +202,7 @@ class CalendarIntervalSpec:
             return self._month_start(self._month_of(start - self.offset) - self.sliding_months) + self.offset
         return start - self.sliding
 
+    @lru_cache(maxsize=65536)  # noqa: B019 - a spec is small, frozen and lives as long as its stream
     def end(self, start: int) -> int:
         # TDengine adds the months to the start before its offset, then the offset back
         if self.sliding_months:
