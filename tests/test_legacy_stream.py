@@ -3,6 +3,7 @@ the one trigger engine (real Spark, Delta and Dagster runs through the harness).
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -90,6 +91,7 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
         ("create stream s into o as select _wstart + 1s, count(*) from t1 interval(10s) fill(prev)", "selected as it is"),
         ("create stream s into o as select _wstart, count(*) from t1 interval(10s) fill(prev) having count(*) > 1", "FILL with HAVING"),
         ("create stream s into o tags(x varchar(10)) as select _wstart, count(*) from st partition by tbname, ta as dd interval(10s)", "fewer tags must each name a PARTITION BY alias"),
+        ("create stream s into o as select _wstart, count(*) from st partition by sqrt(a) interval(10s)", "PARTITION BY sqrt(a): sqrt() is not supported"),
         ("create stream s trigger force_window_close into o as select _wstart, count(*) from st partition by tbname interval(10s) fill(linear)", "allows FILL PREV, NULL, NONE and VALUE"),
     ],
 )  # fmt: skip
@@ -499,3 +501,39 @@ def test_a_window_closed_and_emptied_in_one_batch_is_not_written(session: Sessio
     session.execute(f"delete from t1 where ts >= {w} and ts < {w + 10_000}")
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from o0") == [(w + 10_000, 1, 5, 0)]
+
+
+def test_partition_by_an_expression_groups_rows_by_its_value(session: Session, harness: StreamHarness) -> None:
+    """PARTITION BY a + b: each value its own timeline, computed alike by the trigger task, the
+    history run (in this process and in Spark) and the query; an update moves its row."""
+    from dagster_tdstream.compute.bulk import derive_windows
+
+    _setup(session)
+    session.execute(f"insert into t1 values ({W0}, 1, 1) ({W0 + 1000}, 2, 0) ({W0 + 2000}, 1, 2)")
+    session.execute(
+        "create stream pe trigger at_once fill_history 1 into pe_out as select _wstart ws, count(*) c, "
+        "_group_key(a + b) k from st partition by a + b interval(10s)"
+    )
+    assert harness.run_until_idle().failures == []
+    batch = "select _wstart, count(*), cast(a + b as double) from st partition by a + b interval(10s)"
+    assert sorted(output(session, "select ws, c, k from pe_out")) == sorted(output(session, batch))
+    assert sorted(output(session, "select ws, c, k from pe_out")) == [(W0, 1, 3.0), (W0, 2, 2.0)]
+    session.execute(f"insert into t2 values ({W0 + 3000}, 2, 1) t1 values ({W0 + 2000}, 5, 5)")
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select ws, c, k from pe_out")) == [(W0, 1, 3.0), (W0, 1, 10.0), (W0, 2, 2.0)]
+    assert sorted(output(session, "select ws, c, k from pe_out")) == sorted(output(session, batch))
+    # RECALCULATE derives the closed windows of every group from the table, keyed alike
+    session.execute(f"insert into t2 values ({W0 + 20_000}, 1, 1) ({W0 + 21_000}, 1, 2) ({W0 + 22_000}, 5, 5)")
+    assert harness.run_until_idle().failures == []
+    assert session.execute(f"recalculate stream pe from {W0} to {W0 + 10_000}")[0].message.startswith("Recalculate OK")
+    report = harness.run_until_idle()
+    assert report.failures == [] and len(report.backfills) == 1
+    recalculated = f"select ws, c, k from pe_out where ws < {W0 + 10_000}"
+    assert sorted(output(session, recalculated)) == [(W0, 1, 3.0), (W0, 1, 10.0), (W0, 2, 2.0)]
+    # the history derivation groups the same way in Spark as in this process
+    stream = next(s for s in load_streams(session.warehouse) if s.name == "pe")
+    spark = session.spark.get()
+    local = derive_windows(spark, session.warehouse, stream)
+    remote = derive_windows(spark, session.warehouse, stream, local_rows=0)
+    assert sorted(local.states) == sorted(remote.states)
+    assert sorted(json.loads(k)[0] for k in remote.states) == [2.0, 3.0, 10.0]

@@ -20,9 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import QueryError
+from ..sql import ast
+from ..sql.timeunits import resolve_timezone
+from ..sql.translate import SourceTable, TranslationContext, row_expression
+from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
-from ..storage.spark_read import table_frame
+from ..storage.spark_read import spark_type, table_frame
+from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
+from ..triggers import conditions
 from ..triggers.engine import Fired, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
 from ..triggers.replay import Admission, EventTimeTrigger, TriggerState, bucket_changes, columns_read, replay
@@ -138,10 +144,24 @@ def derive_windows(
         admission = Admission(None, admission.pre_filter)
     # only what the trigger, PRE_FILTER and grouping read travels to the UDF
     needed = {table.primary_key, "tbname", *stream.group_columns, *columns_read(trigger, admission)}  # type: ignore[arg-type]
+    needed |= {n.name.lower() for e in stream.group_exprs.values() for n in walk(e) if isinstance(n, ast.Column)}
     frame = frame.select(*[name for name in frame.columns if name in needed])
-    columns = list(stream.group_columns)
+    if stream.group_exprs:  # a legacy PARTITION BY expression: computed as queries compute it
+        source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
+        ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
+        # typed as the trigger task types the value (DOUBLE arithmetic): one group key for both
+        frame = frame.alias("d").select(
+            "*",
+            *[
+                F.expr(row_expression(source, e, ctx))
+                .cast(spark_type(arrow_type(stream.group_expr_type(name))))
+                .alias(name)
+                for name, e in stream.group_exprs.items()
+            ],
+        )
+    columns = [F.col(f"`{name}`") for name in stream.group_columns]
     if not columns:
-        frame, columns = frame.withColumn(_ALL, F.lit(0)), [_ALL]
+        frame, columns = frame.withColumn(_ALL, F.lit(0)), [F.col(_ALL)]
     if isinstance(trigger, WindowTrigger) and admission.pre_filter is None:
         # INTERVAL: Spark counts the rows of each run sharing its windows; the state machine
         # replays runs, not rows (same windows and state: ``replay.bucket_changes``)
@@ -183,6 +203,9 @@ def _local_windows(
     columns = list(stream.group_columns)
     if not columns:
         return per_group(data)
+    for name, expr in stream.group_exprs.items():  # a legacy PARTITION BY expression, per row
+        values = [conditions.value(expr, row) for row in data.to_pylist()]
+        data = data.append_column(name, pa.array(values))
     # each group's row positions in one pass, then each group's rows taken out
     indexed = data.select(columns).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
     positions = indexed.group_by(columns, use_threads=False).aggregate([("__row", "list")])

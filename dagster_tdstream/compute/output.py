@@ -137,6 +137,8 @@ def _group_value_type(stream: StreamDefinition, expr: ast.Expr) -> ast.DataType 
     name = stream.group_columns[index]
     if name == "tbname":
         return TBNAME_TAG.type
+    if name in stream.group_exprs:
+        return stream.group_expr_type(name)
     return next((c.type for c in (*table.columns, *table.tags) if c.name == name), None)
 
 

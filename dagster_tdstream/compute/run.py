@@ -23,7 +23,16 @@ import pyarrow.compute as pc
 from ..errors import QueryError
 from ..faults import failpoint
 from ..sql import ast
-from ..sql.translate import OutputColumn, SourceTable, StreamScope, TranslationContext, row_condition, translate_select
+from ..sql.timeunits import resolve_timezone
+from ..sql.translate import (
+    OutputColumn,
+    SourceTable,
+    StreamScope,
+    TranslationContext,
+    row_condition,
+    row_expression,
+    translate_select,
+)
 from ..sql.walk import all_expressions
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
@@ -259,6 +268,7 @@ def stream_scope(
         triggers_view=triggers_view,
         trigger_table=trigger_source,
         group_columns=stream.group_columns,
+        group_exprs=stream.group_exprs,
         window_label=trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None,
         trows_filter=pre_filter.expr if pre_filter is not None else None,
         point_rows=isinstance(trigger, SlidingPointTrigger),
@@ -324,6 +334,8 @@ def _group_types(stream: StreamDefinition) -> list[tuple[str, pa.DataType]]:
     for i, column in enumerate(stream.group_columns, start=1):
         if column == "tbname":
             types.append((f"__g{i}", pa.string()))
+        elif column in stream.group_exprs:  # a legacy PARTITION BY expression
+            types.append((f"__g{i}", arrow_type(stream.group_expr_type(column))))
         else:
             assert table is not None
             # a tag, or (legacy PARTITION BY) an ordinary column
@@ -400,23 +412,38 @@ def _with_row_counts(
     table = stream.trigger_table
     assert table is not None
     pk = f"`{table.primary_key}`"
-    keys = [("tbname" if c == "tbname" else f"`{c}`", f"__g{i}") for i, c in enumerate(stream.group_columns, start=1)]
+    ctx = TranslationContext(views.resolve, timezone, time.time_ns())
+    names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
+    keys = list(zip(group_sql(views, stream, ctx), names, strict=True))
     select_keys = "".join(f"{k} AS {g}, " for k, g in keys)
     group_by = "".join(f"{k}, " for k, _ in keys)
     pre_filter = stream.stmt.option("PRE_FILTER")
     where = ""
     if pre_filter is not None and pre_filter.expr is not None:
-        ctx = TranslationContext(views.resolve, timezone, time.time_ns())
         where = f" WHERE {row_condition(views.table(table), pre_filter.expr, ctx)}"
-    counts = (
-        f"SELECT {select_keys}__w, count(*) AS __n FROM (SELECT d.*, {label(pk)} AS __w FROM `{trows_view}` d{where}) "
-        f"GROUP BY {group_by}__w"
-    )
+    labelled = f"(SELECT d.*, {label(pk)} AS __w FROM `{trows_view}` d{where}) d"
+    counts = f"SELECT {select_keys}d.__w, count(*) AS __n FROM {labelled} GROUP BY {group_by}d.__w"
     on = " AND ".join([f"t.{g} <=> c.{g}" for _, g in keys] + ["t._twstart = c.__w"])
     return views.sql(
         f"SELECT t.* EXCEPT (_twrownum), CASE WHEN t._twend IS NULL THEN NULL ELSE coalesce(c.__n, 0) END "
         f"AS _twrownum FROM `{triggers_view}` t LEFT JOIN ({counts}) c ON {on}"
     )
+
+
+def group_sql(views: SparkViews, stream: StreamDefinition, ctx: TranslationContext) -> list[str]:
+    """Each group column over the trigger table's rows aliased ``d``: the column, or a legacy
+    PARTITION BY expression rendered as the queries render it, cast to the type the trigger
+    task gives its value (one group, one key on both sides)."""
+    table = stream.trigger_table
+    assert table is not None
+    columns = []
+    for c in stream.group_columns:
+        if c in stream.group_exprs:
+            spark = spark_type(arrow_type(stream.group_expr_type(c))).simpleString()
+            columns.append(f"CAST({row_expression(views.table(table), stream.group_exprs[c], ctx)} AS {spark})")
+        else:
+            columns.append("d.tbname" if c == "tbname" else f"d.`{c}`")
+    return columns
 
 
 def triggers_for_range(
@@ -438,19 +465,22 @@ def triggers_for_range(
     views = SparkViews(spark, warehouse, stream.db)
     try:
         view = views.table(table).view
-        keys = ["tbname" if c == "tbname" else f"`{c}`" for c in stream.group_columns]
+        ctx = TranslationContext(views.resolve, resolve_timezone(stream.info.timezone), time.time_ns())
+        names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
+        keys = [f"{sql} AS {name}" for sql, name in zip(group_sql(views, stream, ctx), names, strict=True)]
         pk = f"`{table.primary_key}`"
-        key_list = "".join(f"{k}, " for k in keys)
-        group_by = f" GROUP BY {', '.join(keys)}" if keys else ""
-        history = f" WHERE {pk} >= {stream.history_start}" if stream.history_start is not None else ""
-        bounds = views.sql(f"SELECT {key_list}min({pk}) AS lo, max({pk}) AS hi FROM `{view}`{history}{group_by}")
+        name_list = "".join(f"{k}, " for k in names)
+        group_by = f" GROUP BY {', '.join(names)}" if names else ""
+        history = f" WHERE d.{pk} >= {stream.history_start}" if stream.history_start is not None else ""
+        keyed = f"(SELECT {', '.join(['d.*', *keys])} FROM `{view}` d{history})"
+        bounds = views.sql(f"SELECT {name_list}min({pk}) AS lo, max({pk}) AS hi FROM {keyed}{group_by}")
         low_ts, high_ts = start - spec.reach, end + spec.reach
         if stream.history_start is not None:
             low_ts = max(low_ts, stream.history_start)
         windows = views.sql(
-            f"SELECT {key_list}__w, count(*) AS n FROM (SELECT *, {spec.label_sql(pk)} AS __w FROM `{view}` "
+            f"SELECT {name_list}__w, count(*) AS n FROM (SELECT *, {spec.label_sql(pk)} AS __w FROM {keyed} "
             f"WHERE {pk} >= {low_ts} AND {pk} < {high_ts}) WHERE __w >= {start} AND __w < {end} "
-            f"GROUP BY {key_list}__w"
+            f"GROUP BY {name_list}__w"
         )
         bound_rows = bounds.toArrow().to_pylist()
         counts = windows.toArrow().to_pylist()
@@ -458,11 +488,11 @@ def triggers_for_range(
         views.close()
     per_group: dict[str, dict[int, int]] = {}
     for row in counts:
-        values = [row[c] for c in stream.group_columns]
+        values = [row[name] for name in names]
         per_group.setdefault(repr(values), {})[row["__w"]] = row["n"]
     triggers = []
     for row in bound_rows:
-        values = [row[c] for c in stream.group_columns]
+        values = [row[name] for name in names]
         group_counts = per_group.get(repr(values), {})
         last = spec.last_closed(row["hi"] - trigger.watermark)
         if trigger.ignore_nodata:

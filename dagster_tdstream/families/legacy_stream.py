@@ -16,9 +16,11 @@ from ..errors import StreamValidationError
 from ..results import Result
 from ..sql import ast
 from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream
+from ..sql.text import expr_text
 from ..sql.walk import is_interp_query
 from ..storage.catalog import StreamInfo
-from ..storage.registry import load_streams
+from ..storage.registry import StreamDefinition, load_streams
+from ..triggers import conditions
 from .register import checked_stream, register_with_output
 
 if TYPE_CHECKING:
@@ -71,6 +73,7 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
         )
     info = StreamInfo(db, name, stmt.text, "Running", 0, 0, session.timezone.key)
     stream, columns = checked_stream(session, info)
+    _check_group_exprs(stream)
     start_offset = session.stream_start_offset(stream.stmt, db)
     named = stream.stmt.columns  # the column list, the timestamp the engine puts first included
     if named and len(named) != len(columns):
@@ -113,3 +116,17 @@ def create_snode(stmt: ast.CreateSnode) -> Result:
     """Legacy streams ran on a stream node; here every stream runs on the one shared Spark
     (the warm Spark Connect server, or ``TDSTREAM_SPARK_MASTER``): accepted, nothing to make."""
     return Result(message=f"Create OK (streams run on the shared Spark; dnode {stmt.dnode} needs no snode)")
+
+
+def _check_group_exprs(stream: StreamDefinition) -> None:
+    """A PARTITION BY expression is computed row by row where the trigger task meets a row:
+    one it cannot compute (a function it does not know) is refused here, with its position."""
+    table = stream.trigger_table
+    assert table is not None
+    row = {c.name: None for c in (*table.columns, *table.tags)} | {"tbname": None}
+    for expr in stream.group_exprs.values():
+        try:
+            conditions.value(expr, row)
+        except conditions.ConditionError as exc:
+            where = {"line": expr.pos.line, "column": expr.pos.column} if expr.pos.line else {}
+            raise StreamValidationError(f"PARTITION BY {expr_text(expr)}: {exc}", **where) from None

@@ -179,13 +179,6 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
     ):
         if present:
             raise _error(stmt, f"{clause} is not allowed in a stream's query")
-    for part in query.partition_by:
-        if not isinstance(part, ast.Column):
-            raise _error(
-                stmt,
-                "not built yet: PARTITION BY an expression; a stream here groups by tbname or tags",
-                part.pos,
-            )
     if window is None and not is_interp_query(stmt.query):
         _validate_scalar(stmt)
     if query.having is not None and not isinstance(window, ast.IntervalWindow):

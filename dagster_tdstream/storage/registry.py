@@ -16,6 +16,7 @@ from ..sql.constants import ConstantContext
 from ..sql.continuous_query import equivalent_stream
 from ..sql.legacy_stream import equivalent_stream as legacy_equivalent
 from ..sql.parser import parse_statement
+from ..sql.text import expr_text
 from ..sql.timeunits import parse_timestamp, resolve_timezone
 from .catalog import StreamInfo, TableInfo
 from .warehouse import Warehouse
@@ -48,7 +49,31 @@ class StreamDefinition:
 
     @cached_property
     def group_columns(self) -> tuple[str, ...]:
-        return tuple(e.name.lower() for e in self.stmt.partition_by if isinstance(e, ast.Column))
+        """The PARTITION BY names: tbname, tags and (legacy) columns by their name, a legacy
+        PARTITION BY expression as TDengine names its value, ``_group_key(expr)`` (no column
+        is named so; ``group_exprs`` computes it)."""
+        return tuple(
+            e.name.lower() if isinstance(e, ast.Column) else f"_group_key({expr_text(e).lower()})"
+            for e in self.stmt.partition_by
+        )
+
+    @cached_property
+    def group_exprs(self) -> dict[str, ast.Expr]:
+        """The computed group columns: name → the PARTITION BY expression (legacy streams)."""
+        return {
+            name: e
+            for name, e in zip(self.group_columns, self.stmt.partition_by, strict=True)
+            if not isinstance(e, ast.Column)
+        }
+
+    def group_expr_type(self, name: str) -> ast.DataType:
+        """A PARTITION BY expression's value type: DOUBLE for arithmetic and numeric CASTs (as
+        TDengine computes them), a string otherwise (concat, CAST to a string type)."""
+        expr = self.group_exprs[name]
+        if isinstance(expr, ast.Cast):
+            return expr.type
+        numeric = isinstance(expr, ast.Binary | ast.Unary) or (isinstance(expr, ast.Literal) and expr.kind != "string")
+        return ast.DataType("DOUBLE") if numeric else ast.DataType("VARCHAR", 256)
 
     @property
     def fills_history(self) -> bool:

@@ -86,7 +86,10 @@ def check_stream_against_catalog(stmt: ast.CreateStream, db: str, warehouse: War
 def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> None:
     grouped_by_tbname = False
     for expr in stmt.partition_by:
-        assert isinstance(expr, ast.Column)  # the catalog-free rules allow only column names
+        if not isinstance(expr, ast.Column):  # a legacy PARTITION BY expression over the columns
+            assert stmt.option(ast.PARTITION_BY_VALUES) is not None  # the catalog-free rules allow no other
+            _check_names(expr, cols, "PARTITION BY")
+            continue
         name = expr.name.lower()
         if name == "tbname":
             grouped_by_tbname = True

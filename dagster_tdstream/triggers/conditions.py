@@ -24,6 +24,12 @@ def holds(expr: ast.Expr, row: Mapping[str, Any]) -> bool:
     return _eval(expr, row) is True
 
 
+def value(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
+    """A scalar expression's value for the row (a legacy PARTITION BY expression's group):
+    arithmetic is DOUBLE as in TDengine, NULL in gives NULL."""
+    return _eval(expr, row)
+
+
 class ResultRow(dict[str, Any]):
     """A query result row for NOTIFY WHERE, keyed by ``name_key`` of each result column's
     name: a sub-expression whose text names a result column (``avg(cint)``, ``avg_v``)
@@ -71,8 +77,30 @@ def _eval(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             return None if args[0] is None else getattr(str(args[0]), expr.name)()
         if expr.name == "length" and len(args) == 1:
             return None if args[0] is None else len(str(args[0]).encode())
+        if expr.name == "concat" and len(args) >= 2:
+            return None if None in args else "".join(str(a) for a in args)
         raise ConditionError(f"{expr.name}() is not supported in trigger conditions{_at(expr)}")
+    if isinstance(expr, ast.Cast):
+        return _cast(_eval(expr.operand, row), expr)
     raise ConditionError(f"{type(expr).__name__} is not supported in trigger conditions{_at(expr)}")
+
+
+def _cast(value: Any, expr: ast.Cast) -> Any:
+    name = expr.type.name.split()[0]
+    if value is None:
+        return None
+    if name in ("VARCHAR", "BINARY", "NCHAR"):
+        # numbers print as TDengine prints them: integers plainly, doubles with six decimals
+        if isinstance(value, float):
+            text = f"{value:.6f}"
+        else:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+        return text[: expr.type.length] if expr.type.length else text
+    if name in ("BIGINT", "INT", "SMALLINT", "TINYINT", "TIMESTAMP") and not isinstance(value, str):
+        return int(value)
+    if name in ("DOUBLE", "FLOAT") and not isinstance(value, str):
+        return float(value)
+    raise ConditionError(f"CAST to {expr.type} is not supported in trigger conditions{_at(expr)}")
 
 
 def _at(expr: ast.Expr) -> str:
@@ -106,16 +134,17 @@ def _binary(expr: ast.Binary, row: Mapping[str, Any]) -> Any:
         return left > right
     if op == ">=":
         return left >= right
+    # TDengine's arithmetic is DOUBLE whatever the operands' types
     if op == "+":
-        return left + right
+        return float(left + right)
     if op == "-":
-        return left - right
+        return float(left - right)
     if op == "*":
-        return left * right
+        return float(left * right)
     if op == "/":
-        return None if right == 0 else left / right
+        return None if right == 0 else float(left / right)
     if op == "%":
-        return None if right == 0 else left % right
+        return None if right == 0 else float(left % right)
     if op == "LIKE":
         pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(right))
         return re.fullmatch(pattern, str(left), re.S) is not None

@@ -27,6 +27,7 @@ from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
+from . import conditions
 from .engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, Change, Fired, TriggerNotBuiltError, WindowTrigger
 from .period import PERIOD_TICK, PeriodState, PeriodTrigger
 from .plan import stream_admission, stream_trigger
@@ -342,6 +343,8 @@ class _GroupedRows:
         if source is not None:
             values.update(source.tag_values)
         values["tbname"] = tbname
+        for name, expr in self.stream.group_exprs.items():  # a legacy PARTITION BY expression
+            values[name] = conditions.value(expr, values)
         return values
 
     def _group_values(self, values: dict[str, Any]) -> list[Any]:

@@ -16,7 +16,7 @@ from .scope import (
     TranslationContext,
 )
 from .select import translate_select
-from .sources import row_condition
+from .sources import row_condition, row_expression
 
 __all__ = [
     "OutputColumn",
@@ -26,5 +26,6 @@ __all__ = [
     "TranslatedQuery",
     "TranslationContext",
     "row_condition",
+    "row_expression",
     "translate_select",
 ]

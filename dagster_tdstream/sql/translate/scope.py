@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
@@ -88,6 +88,9 @@ class StreamScope:
     # the trigger table narrowed to the batch's time span, read by %%trows (a run scans the
     # rows its windows cover, not the table's whole history); %%tbname reads the full table
     trows_view: str | None = None
+    # a legacy PARTITION BY expression: its group column's name (in ``group_columns``) → the
+    # expression, computed over the trigger table's rows to meet each row's group
+    group_exprs: Mapping[str, ast.Expr] = field(default_factory=dict)
 
 
 @dataclass

@@ -31,6 +31,12 @@ def row_condition(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -
     return Renderer(_table_scope(table), ctx).condition(expr)
 
 
+def row_expression(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -> str:
+    """A scalar expression over one table's rows (aliased ``d``) as Spark SQL — a legacy
+    stream's PARTITION BY expression, computed where rows meet their group."""
+    return Renderer(_table_scope(table), ctx).expr(expr).sql
+
+
 def source_scope(select: ast.Select, ctx: TranslationContext) -> Scope:
     source = select.source
     stream = ctx.stream
@@ -74,7 +80,9 @@ def source_scope(select: ast.Select, ctx: TranslationContext) -> Scope:
         if stream.trows_view is not None:
             scope.base = quote_ident(stream.trows_view)
         for i, name in enumerate(stream.group_columns, start=1):
-            scope.trigger_join.append(f"{scope.columns[name][0]} <=> __trig.__g{i}")
+            expr = stream.group_exprs.get(name)
+            column = Renderer(scope, ctx).expr(expr).sql if expr is not None else scope.columns[name][0]
+            scope.trigger_join.append(f"{column} <=> __trig.__g{i}")
         assert scope.pk is not None
         if stream.rows_by_trigger:
             scope.trigger_join = ["d.__tid = __trig.__tid"]
