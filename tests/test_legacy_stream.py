@@ -528,8 +528,8 @@ def test_partition_by_an_expression_groups_rows_by_its_value(session: Session, h
     assert session.execute(f"recalculate stream pe from {W0} to {W0 + 10_000}")[0].message.startswith("Recalculate OK")
     report = harness.run_until_idle()
     assert report.failures == [] and len(report.backfills) == 1
-    recalculated = f"select ws, c, k from pe_out where ws < {W0 + 10_000}"
-    assert sorted(output(session, recalculated)) == [(W0, 1, 3.0), (W0, 1, 10.0), (W0, 2, 2.0)]
+    # the windows AT_ONCE wrote while open stay, computed again as they stand
+    assert sorted(output(session, "select ws, c, k from pe_out")) == sorted(output(session, batch))
     # the history derivation groups the same way in Spark as in this process
     stream = next(s for s in load_streams(session.warehouse) if s.name == "pe")
     spark = session.spark.get()

@@ -501,9 +501,14 @@ def triggers_for_range(
             first = max(spec.first_start(row["lo"]), spec.after(spec.floor(start - 1)))
             starts = list(spec.between(first, min(last, end - 1)))
         group_id = group_identity(warehouse, stream, values)
-        for s in starts:
-            fired = Fired(WINDOW_CLOSE, s, spec.end(s), group_counts.get(s, 0))
-            triggers.append({**queue_row(fired, values, group_id, -1, time.time_ns()), "id": len(triggers)})
+        fired = [Fired(WINDOW_CLOSE, s, spec.end(s), group_counts.get(s, 0)) for s in starts]
+        if trigger.max_delay is not None:
+            # MAX_DELAY (and the legacy AT_ONCE) wrote the open windows with rows too: they are
+            # written again as they stand, not removed with the range they lie in
+            opened = sorted(s for s in group_counts if s > last and start <= s < end and group_counts[s])
+            fired += [Fired(MAX_DELAY, s, spec.end(s), group_counts[s]) for s in opened]
+        for f in fired:
+            triggers.append({**queue_row(f, values, group_id, -1, time.time_ns()), "id": len(triggers)})
     return triggers
 
 
