@@ -7,6 +7,7 @@ worker: the test command runs modules on two workers)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -118,14 +119,21 @@ def _setup_of(path: Path) -> Path:
     return path.with_name(path.name.replace("_statements.txt", "_setup.sql"))
 
 
-@pytest.mark.parametrize("path", scenarios(*HERE))
-def test_scenario(path: Path, spark: object) -> None:
-    run_scenario(path, spark)
+def corpus_tests(*corpora: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """A module's two tests over corpora: each scenario, each statement file with setup."""
+
+    @pytest.mark.parametrize("path", scenarios(*corpora))
+    def scenario(path: Path, spark: object) -> None:
+        run_scenario(path, spark)
+
+    @pytest.mark.parametrize("path", statement_files(*corpora))
+    def statement_file(path: Path, spark: object) -> None:
+        run_statement_file(path, spark)
+
+    return scenario, statement_file
 
 
-@pytest.mark.parametrize("path", statement_files(*HERE))
-def test_statement_file_with_setup(path: Path, spark: object) -> None:
-    run_statement_file(path, spark)
+test_scenario, test_statement_file_with_setup = corpus_tests(*HERE)
 
 
 def test_corpora_are_shipped() -> None:

@@ -4,23 +4,11 @@ in order on a fresh warehouse, the streams driven to idle after each phase, its 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from dagster_tdstream.testing.conformance import run_statement_file as run_statements
 
-from .test_conformance import CORPORA, run_scenario, run_statement_file, scenarios, statement_files
+from .test_conformance import CORPORA, corpus_tests
 
-
-@pytest.mark.parametrize("path", scenarios("legacy_stream"))
-def test_legacy_scenario(path: Path, spark: object) -> None:
-    run_scenario(path, spark)
-
-
-@pytest.mark.parametrize("path", statement_files("legacy_stream"))
-def test_legacy_statement_file(path: Path, spark: object) -> None:
-    run_statement_file(path, spark)
+test_legacy_scenario, test_legacy_statement_file = corpus_tests("legacy_stream")
 
 
 def test_legacy_statements_tdengine_accepts_are_accepted() -> None:
