@@ -22,10 +22,6 @@ HERE = ("tdengine", "continuous_query")
 # it is taken off this list
 KNOWN_GAPS = {
     # legacy streams (tests/conformance/legacy_stream, run by test_conformance_legacy.py)
-    "continuous_window_close_partition_by_column_and_subtable": (
-        "TDengine closes a legacy window when the task's event time (across the groups one vgroup holds) "
-        "passes it; here each group closes on its own rows' event time"
-    ),
     "ignore_expired_1_supertable": (
         "TDengine judges expiry per vgroup (each child table here); here against the group's progress"
     ),

@@ -537,3 +537,20 @@ def test_partition_by_an_expression_groups_rows_by_its_value(session: Session, h
     remote = derive_windows(spark, session.warehouse, stream, local_rows=0)
     assert sorted(local.states) == sorted(remote.states)
     assert sorted(json.loads(k)[0] for k in remote.states) == [2.0, 3.0, 10.0]
+
+
+def test_continuous_window_close_closes_on_the_streams_event_time(session: Session, harness: StreamHarness) -> None:
+    """CONTINUOUS_WINDOW_CLOSE: a group's window closes when any group's rows move the stream's
+    event time past it; WINDOW_CLOSE waits for the group's own rows."""
+    _setup(session)
+    for name, mode in (("cw", "continuous_window_close"), ("wc", "window_close")):
+        session.execute(
+            f"create stream {name} trigger {mode} into {name}_out as select _wstart ws, count(*) c, b "
+            "from st partition by b interval(10s)"
+        )
+    session.execute(f"insert into t1 values ({W0 + 1000}, 1, 1) ({W0 + 2000}, 2, 2) ({W0 + 11_000}, 3, 1)")
+    session.execute(f"insert into t2 values ({W0 + 95_000}, 4, 2)")  # only group b = 2 moves on
+    assert harness.run_until_idle().failures == []
+    # b = 1's [10 s, 20 s) is closed by b = 2's row at 95 s under CONTINUOUS_WINDOW_CLOSE only
+    assert sorted(output(session, "select ws, c, b from cw_out")) == [(W0, 1, 1), (W0, 1, 2), (W0 + 10_000, 1, 1)]
+    assert sorted(output(session, "select ws, c, b from wc_out")) == [(W0, 1, 1), (W0, 1, 2)]

@@ -491,10 +491,12 @@ def triggers_for_range(
         values = [row[name] for name in names]
         per_group.setdefault(repr(values), {})[row["__w"]] = row["n"]
     triggers = []
+    # the legacy CONTINUOUS_WINDOW_CLOSE: the stream's newest event time closes every group's windows
+    newest = max((row["hi"] for row in bound_rows), default=None) if trigger.stream_close else None
     for row in bound_rows:
         values = [row[name] for name in names]
         group_counts = per_group.get(repr(values), {})
-        last = spec.last_closed(row["hi"] - trigger.watermark)
+        last = spec.last_closed((row["hi"] if newest is None else newest) - trigger.watermark)
         if trigger.ignore_nodata:
             starts = sorted(s for s in group_counts if s <= last)
         else:

@@ -569,6 +569,9 @@ LEGACY_OUTPUT = "LEGACY_OUTPUT"
 # the legacy COUNT_WINDOW (and a legacy stream without a window, each row its own count
 # window) re-derives its windows on out-of-order rows, updates and deletes; 3.3.7's does not
 RECALC_COUNT_WINDOW = "RECALC_COUNT_WINDOW"
+# the legacy CONTINUOUS_WINDOW_CLOSE: a window closes when the stream's newest event time, over
+# all its groups, passes its end (TDengine's task event time), not only its own group's
+STREAM_EVENT_TIME = "STREAM_EVENT_TIME"
 # the legacy streams' INTERVAL … FILL(mode): the windows of a group without rows are written
 # too (3.3.7 fills inside its query instead; ``compute/fill.py``)
 LEGACY_FILL = "LEGACY_FILL"

@@ -373,6 +373,8 @@ def equivalent_stream(
         options.append(ast.StreamOption("MAX_DELAY", duration=stmt.max_delay))
     elif stmt.trigger == "FORCE_WINDOW_CLOSE":
         options.append(ast.StreamOption(ast.FORCE_WINDOW_CLOSE))
+    elif stmt.trigger == "CONTINUOUS_WINDOW_CLOSE":
+        options.append(ast.StreamOption(ast.STREAM_EVENT_TIME))
     if query.where is not None:
         options.append(ast.StreamOption("PRE_FILTER", expr=query.where))
     # unaliased items keep the name they were written with (``_wstart``, not ``_twstart``)

@@ -103,6 +103,9 @@ class WindowTrigger:
     max_delay: int | None = None  # processing time, ns
     delete_recalc: bool = False
     clock_close: bool = False
+    # not a 3.3.7 option: the legacy CONTINUOUS_WINDOW_CLOSE also closes a group's windows when
+    # another group's rows move the stream's event time past them (``stream_closed``)
+    stream_close: bool = False
     # the legacy TRIGGER AT_ONCE: every open window a write touches is computed at once, however
     # far the watermark holds its close back (TDengine's pauseAndResume: AT_ONCE WATERMARK 1d)
     at_once: bool = False
@@ -177,6 +180,13 @@ class WindowTrigger:
             elif state.counts.get(start):
                 state.counts[start] -= 1
         return fired
+
+    def stream_closed(self, state: GroupState, newest: int) -> list[Fired]:
+        """``stream_close``: the windows the stream's newest event time ``newest`` (any group's),
+        less the watermark, has passed."""
+        if not self.stream_close or state.next_close is None:
+            return []
+        return self._close(state, newest - self.watermark)
 
     def clock_closed(self, state: GroupState, now: int) -> list[Fired]:
         """``clock_close``: the windows whose end the processing time ``now`` (in the table's

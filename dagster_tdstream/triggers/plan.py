@@ -80,6 +80,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             # not a 3.3.7 option: the statement families that close windows by the wall clock
             # (2.x continuous queries, legacy FORCE_WINDOW_CLOSE) map onto it
             clock_close=stmt.option(ast.FORCE_WINDOW_CLOSE) is not None,
+            stream_close=stmt.option(ast.STREAM_EVENT_TIME) is not None,
             at_once=at_once,
         )
     true_for = None

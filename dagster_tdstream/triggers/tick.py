@@ -110,7 +110,8 @@ def advance_stream(
     first = first_unread(stream, last_offset)
     current = warehouse.delta.version(table.db, table.storage_name)
     clock_close = isinstance(trigger, WindowTrigger) and trigger.clock_close
-    if current < first and trigger.max_delay is None and not clock_close:
+    stream_close = isinstance(trigger, WindowTrigger) and trigger.stream_close
+    if current < first and trigger.max_delay is None and not clock_close and not stream_close:
         return TickResult(first - 1, first, 0, catalog.count_pending(stream.key), 0)
     # with MAX_DELAY (or windows closed by the clock) a tick without new WAL records still
     # checks open windows' delays (or ends)
@@ -145,10 +146,13 @@ def advance_stream(
                 states[group_key] = state
         queued += [queue_row(f, values, group_id, end, fired_at) for f in fired]
     now = fired_at // PRECISIONS[stream.precision]
+    newest = max((s.max_ts for s in states.values() if getattr(s, "max_ts", None) is not None), default=None)
     for group_key, state in states.items():
         delayed = trigger.delayed(state, fired_at)  # type: ignore[arg-type]
         if clock_close:
             delayed += trigger.clock_closed(state, now)  # type: ignore[union-attr,arg-type]
+        if stream_close and newest is not None:
+            delayed += trigger.stream_closed(state, newest)  # type: ignore[union-attr,arg-type]
         if delayed:
             values = json.loads(group_key)
             group_id = rows.identity(values)
