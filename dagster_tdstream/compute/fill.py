@@ -7,8 +7,9 @@ group's window with rows and the group's previous written window are written wit
 NEXT and LINEAR know their values only then, and for event-time triggers that is also when
 the windows before it close. NULL and VALUE give constants, PREV the previous window's values,
 NEXT the next one's, LINEAR numbers interpolated over the window starts. Window
-pseudo-columns are the filled window's, partition values its group's. Reads each group's
-previous window from the output table; must not touch triggers, the catalog or Spark.
+pseudo-columns are the filled window's, partition values its group's. Reads the batch's
+groups' neighbouring windows from the output table; must not touch triggers, the catalog or
+Spark.
 """
 
 from __future__ import annotations
@@ -186,19 +187,26 @@ def _neighbours(
     info = warehouse.find_table(*stream.output)
     if info is None:
         return {}, {}
-    data = warehouse.read_table(info)
+    group_of_child = {
+        (child_table_name(stream, group) if info.kind != "normal" else info.name): group for group in per_group
+    }
+    names = [c.name for c in info.columns][:width]
+    # only the batch's groups' rows, and only the columns a row of the result has
+    super_table = info.kind != "normal"
+    data = warehouse.delta.read(
+        info.db,
+        info.storage_name,
+        columns=list(dict.fromkeys([info.primary_key, *names, *(["tbname"] if super_table else [])])),
+        filters=[("tbname", "in", sorted(group_of_child))] if super_table else None,
+    )
     if data.num_rows == 0:
         return {}, {}
-    names = [c.name for c in info.columns][:width]
     starts = data.column(info.primary_key).cast(pa.int64()).to_pylist()
-    tables = data.column("tbname").to_pylist() if "tbname" in data.column_names else [info.name] * data.num_rows
+    tables = data.column("tbname").to_pylist() if super_table else [info.name] * data.num_rows
     columns = [
         (data.column(n).cast(pa.int64()) if pa.types.is_timestamp(data.column(n).type) else data.column(n)).to_pylist()
         for n in names
     ]
-    group_of_child = {
-        (child_table_name(stream, group) if info.kind != "normal" else info.name): group for group in per_group
-    }
     low, high = replace_range or (None, None)
     before: dict[Group, tuple[int, list[Any]]] = {}
     after: dict[Group, tuple[int, list[Any]]] = {}
