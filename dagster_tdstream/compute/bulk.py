@@ -28,12 +28,11 @@ from ..storage.registry import StreamDefinition
 from ..storage.spark_read import spark_type, table_frame
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
-from ..triggers import conditions
 from ..triggers.engine import Fired, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
 from ..triggers.replay import Admission, EventTimeTrigger, TriggerState, bucket_changes, columns_read, replay
 from ..triggers.rows import RowChange
-from ..triggers.tick import group_identities, queue_record
+from ..triggers.tick import group_expr_value, group_identities, queue_record
 
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
@@ -58,6 +57,20 @@ def _output(key: str, fired: list[Fired], state: TriggerState) -> pa.Table:
         out["row_count"].append(f.row_count)
         out["detail"].append(json.dumps(f.detail, default=str))
     return pa.table(out, schema=_ARROW_OUTPUT)
+
+
+def group_column_sql(stream: StreamDefinition, source: SourceTable, ctx: TranslationContext) -> list[str]:
+    """Each group column over the trigger table's rows aliased ``d``: the column, or a legacy
+    PARTITION BY expression rendered as the queries render it, cast to the type the trigger
+    task gives its value (``tick.group_expr_value``: one group, one key on both sides)."""
+    columns = []
+    for name in stream.group_columns:
+        if name in stream.group_exprs:
+            spark = spark_type(arrow_type(stream.group_expr_type(name))).simpleString()
+            columns.append(f"CAST({row_expression(source, stream.group_exprs[name], ctx)} AS {spark})")
+        else:
+            columns.append("d.tbname" if name == "tbname" else f"d.`{name}`")
+    return columns
 
 
 def _group_key(data: pa.Table, group_columns: tuple[str, ...]) -> str:
@@ -149,16 +162,8 @@ def derive_windows(
     if stream.group_exprs:  # a legacy PARTITION BY expression: computed as queries compute it
         source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
         ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
-        # typed as the trigger task types the value (DOUBLE arithmetic): one group key for both
-        frame = frame.alias("d").select(
-            "*",
-            *[
-                F.expr(row_expression(source, e, ctx))
-                .cast(spark_type(arrow_type(stream.group_expr_type(name))))
-                .alias(name)
-                for name, e in stream.group_exprs.items()
-            ],
-        )
+        sql = dict(zip(stream.group_columns, group_column_sql(stream, source, ctx), strict=True))
+        frame = frame.alias("d").select("*", *[F.expr(sql[name]).alias(name) for name in stream.group_exprs])
     columns = [F.col(f"`{name}`") for name in stream.group_columns]
     if not columns:
         frame, columns = frame.withColumn(_ALL, F.lit(0)), [F.col(_ALL)]
@@ -203,9 +208,10 @@ def _local_windows(
     columns = list(stream.group_columns)
     if not columns:
         return per_group(data)
-    for name, expr in stream.group_exprs.items():  # a legacy PARTITION BY expression, per row
-        values = [conditions.value(expr, row) for row in data.to_pylist()]
-        data = data.append_column(name, pa.array(values))
+    if stream.group_exprs:  # a legacy PARTITION BY expression, per row as the trigger task computes it
+        records = data.to_pylist()
+        for name in stream.group_exprs:
+            data = data.append_column(name, pa.array([group_expr_value(stream, name, row) for row in records]))
     # each group's row positions in one pass, then each group's rows taken out
     indexed = data.select(columns).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
     positions = indexed.group_by(columns, use_threads=False).aggregate([("__row", "list")])

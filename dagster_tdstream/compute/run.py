@@ -30,7 +30,6 @@ from ..sql.translate import (
     StreamScope,
     TranslationContext,
     row_condition,
-    row_expression,
     translate_select,
 )
 from ..sql.walk import all_expressions
@@ -52,7 +51,7 @@ from ..triggers.period import PeriodTrigger
 from ..triggers.plan import computed_events, not_built, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
-from .bulk import derive_windows
+from .bulk import derive_windows, group_column_sql
 from .fill import fill_windows
 from .output import Group, group_of, write_results
 from .query import run_query
@@ -414,7 +413,7 @@ def _with_row_counts(
     pk = f"`{table.primary_key}`"
     ctx = TranslationContext(views.resolve, timezone, time.time_ns())
     names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
-    keys = list(zip(group_sql(views, stream, ctx), names, strict=True))
+    keys = list(zip(group_column_sql(stream, views.table(table), ctx), names, strict=True))
     select_keys = "".join(f"{k} AS {g}, " for k, g in keys)
     group_by = "".join(f"{k}, " for k, _ in keys)
     pre_filter = stream.stmt.option("PRE_FILTER")
@@ -428,22 +427,6 @@ def _with_row_counts(
         f"SELECT t.* EXCEPT (_twrownum), CASE WHEN t._twend IS NULL THEN NULL ELSE coalesce(c.__n, 0) END "
         f"AS _twrownum FROM `{triggers_view}` t LEFT JOIN ({counts}) c ON {on}"
     )
-
-
-def group_sql(views: SparkViews, stream: StreamDefinition, ctx: TranslationContext) -> list[str]:
-    """Each group column over the trigger table's rows aliased ``d``: the column, or a legacy
-    PARTITION BY expression rendered as the queries render it, cast to the type the trigger
-    task gives its value (one group, one key on both sides)."""
-    table = stream.trigger_table
-    assert table is not None
-    columns = []
-    for c in stream.group_columns:
-        if c in stream.group_exprs:
-            spark = spark_type(arrow_type(stream.group_expr_type(c))).simpleString()
-            columns.append(f"CAST({row_expression(views.table(table), stream.group_exprs[c], ctx)} AS {spark})")
-        else:
-            columns.append("d.tbname" if c == "tbname" else f"d.`{c}`")
-    return columns
 
 
 def triggers_for_range(
@@ -467,7 +450,10 @@ def triggers_for_range(
         view = views.table(table).view
         ctx = TranslationContext(views.resolve, resolve_timezone(stream.info.timezone), time.time_ns())
         names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
-        keys = [f"{sql} AS {name}" for sql, name in zip(group_sql(views, stream, ctx), names, strict=True)]
+        keys = [
+            f"{sql} AS {name}"
+            for sql, name in zip(group_column_sql(stream, views.table(table), ctx), names, strict=True)
+        ]
         pk = f"`{table.primary_key}`"
         name_list = "".join(f"{k}, " for k in names)
         group_by = f" GROUP BY {', '.join(names)}" if names else ""

@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
+from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from . import conditions
 from .engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, Change, Fired, TriggerNotBuiltError, WindowTrigger
@@ -146,12 +147,13 @@ def advance_stream(
                 states[group_key] = state
         queued += [queue_row(f, values, group_id, end, fired_at) for f in fired]
     now = fired_at // PRECISIONS[stream.precision]
-    newest = max((s.max_ts for s in states.values() if getattr(s, "max_ts", None) is not None), default=None)
+    # the legacy CONTINUOUS_WINDOW_CLOSE: the newest event time of any group closes every group's windows
+    newest = max((s.max_ts for s in states.values() if s.max_ts is not None), default=None) if stream_close else None
     for group_key, state in states.items():
         delayed = trigger.delayed(state, fired_at)  # type: ignore[arg-type]
         if clock_close:
             delayed += trigger.clock_closed(state, now)  # type: ignore[union-attr,arg-type]
-        if stream_close and newest is not None:
+        if newest is not None:
             delayed += trigger.stream_closed(state, newest)  # type: ignore[union-attr,arg-type]
         if delayed:
             values = json.loads(group_key)
@@ -308,6 +310,20 @@ def _rederive(
     return state, gone + recalculated
 
 
+def group_expr_value(stream: StreamDefinition, name: str, values: dict[str, Any]) -> Any:
+    """A legacy PARTITION BY expression's value for a row, typed as Spark casts it where rows
+    meet their group (``bulk.group_column_sql``), so a group has one key on both sides."""
+    value = conditions.value(stream.group_exprs[name], values)
+    if value is None:
+        return None
+    arrow = arrow_type(stream.group_expr_type(name))
+    if pa.types.is_floating(arrow):
+        return float(value)
+    if pa.types.is_integer(arrow):
+        return int(value)
+    return str(value) if pa.types.is_string(arrow) and not isinstance(value, str) else value
+
+
 class _GroupedRows:
     """Trigger-table rows as the engine sees them: per group, with column, tag and tbname
     values, PRE_FILTER applied."""
@@ -347,8 +363,8 @@ class _GroupedRows:
         if source is not None:
             values.update(source.tag_values)
         values["tbname"] = tbname
-        for name, expr in self.stream.group_exprs.items():  # a legacy PARTITION BY expression
-            values[name] = conditions.value(expr, values)
+        for name in self.stream.group_exprs:  # a legacy PARTITION BY expression
+            values[name] = group_expr_value(self.stream, name, values)
         return values
 
     def _group_values(self, values: dict[str, Any]) -> list[Any]:
