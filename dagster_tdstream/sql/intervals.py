@@ -138,6 +138,50 @@ def _zone(name: str) -> ZoneInfo:
 
 
 @dataclass(frozen=True)
+class CalendarSql:
+    """Timestamp values (epochs in ``precision``) on ``timezone``'s calendar in Spark SQL,
+    whose own session zone is UTC: what calendar windows and ``ts ± 1n`` are made of."""
+
+    precision: str
+    timezone: str
+
+    def micros(self, ts_sql: str) -> str:
+        """A timestamp value as microseconds since the epoch (Spark's unit)."""
+        return {"ms": f"(({ts_sql}) * 1000)", "us": f"({ts_sql})", "ns": f"(({ts_sql}) DIV 1000)"}[self.precision]
+
+    def from_micros(self, micros_sql: str) -> str:
+        return {"ms": f"({micros_sql} DIV 1000)", "us": micros_sql, "ns": f"({micros_sql} * 1000)"}[self.precision]
+
+    def local(self, ts_sql: str) -> str:
+        """A timestamp value as a Spark TIMESTAMP of the time zone's wall-clock time."""
+        return f"from_utc_timestamp(timestamp_micros({self.micros(ts_sql)}), '{self.timezone}')"
+
+    def from_local(self, local_sql: str) -> str:
+        """The inverse of ``local``."""
+        return self.from_micros(f"unix_micros(to_utc_timestamp({local_sql}, '{self.timezone}'))")
+
+    def month_index(self, ts_sql: str) -> str:
+        """Months since January 1970 of a timestamp value."""
+        local = self.local(ts_sql)
+        return f"((year({local}) - 1970) * 12 + month({local}) - 1)"
+
+    def month_start(self, month_sql: str) -> str:
+        """The start of month ``month_sql`` (months since January 1970) at local midnight."""
+        year = f"CAST(1970 + floor(({month_sql}) / 12) AS INT)"
+        return self.from_local(f"make_timestamp({year}, CAST(pmod({month_sql}, 12) + 1 AS INT), 1, 0, 0, 0)")
+
+    def shift_months(self, ts_sql: str, months: int | str) -> str:
+        """``ts`` moved by whole months: the same day and time of day, the day clamped to the
+        month's length (Spark's ``add_months`` clamps as TDengine's ``taosTimeAdd``)."""
+        local = self.local(ts_sql)
+        moved = (
+            f"timestamp_micros(unix_micros({local}) - unix_micros(CAST(to_date({local}) AS TIMESTAMP)) + "
+            f"unix_micros(CAST(add_months(to_date({local}), {months}) AS TIMESTAMP)))"
+        )
+        return self.from_local(moved)
+
+
+@dataclass(frozen=True)
 class CalendarIntervalSpec:
     """INTERVAL in months (``n``; ``y`` is 12n) on the calendar of ``timezone``, as TDengine
     computes it (``taosTimeTruncate``/``taosTimeAdd``): a window lasts ``months`` from its
@@ -242,49 +286,30 @@ class CalendarIntervalSpec:
         per_second = 10**9 // PRECISIONS[self.precision]
         return (self.months * 31 + 1) * _DAY_SECONDS * per_second + self.offset
 
-    # --- the same in Spark SQL (Spark's session time zone is UTC) ------------------------
-    def _local_sql(self, ts_sql: str) -> str:
-        return f"from_utc_timestamp(timestamp_micros({self._micros_sql(ts_sql)}), '{self.timezone}')"
-
-    def _micros_sql(self, ts_sql: str) -> str:
-        return {"ms": f"(({ts_sql}) * 1000)", "us": f"({ts_sql})", "ns": f"(({ts_sql}) DIV 1000)"}[self.precision]
-
-    def _from_local_sql(self, local_sql: str) -> str:
-        micros = f"unix_micros(to_utc_timestamp({local_sql}, '{self.timezone}'))"
-        return {"ms": f"({micros} DIV 1000)", "us": micros, "ns": f"({micros} * 1000)"}[self.precision]
-
-    def _month_of_sql(self, ts_sql: str) -> str:
-        local = self._local_sql(ts_sql)
-        return f"((year({local}) - 1970) * 12 + month({local}) - 1)"
-
-    def _month_start_sql(self, month_sql: str) -> str:
-        year = f"CAST(1970 + floor(({month_sql}) / 12) AS INT)"
-        return self._from_local_sql(f"make_timestamp({year}, CAST(pmod({month_sql}, 12) + 1 AS INT), 1, 0, 0, 0)")
+    # --- the same in Spark SQL -----------------------------------------------------------
+    @property
+    def _sql(self) -> CalendarSql:
+        return CalendarSql(self.precision, self.timezone)
 
     def end_sql(self, start_sql: str) -> str:
-        """``end``: on the fixed grid the months added to the start's wall-clock date (Spark's
-        ``add_months`` clamps the day as TDengine does), its time of day kept."""
+        """``end``: on the fixed grid the months added to the start's wall-clock date, its time
+        of day kept (below a microsecond too)."""
         shifted = f"({start_sql} - {self.offset})"
         if self.sliding_months:
-            return f"({self._month_start_sql(f'{self._month_of_sql(shifted)} + {self.months}')} + {self.offset})"
-        local = self._local_sql(shifted)
-        moved = (
-            f"timestamp_micros(unix_micros({local}) - unix_micros(CAST(to_date({local}) AS TIMESTAMP)) + "
-            f"unix_micros(CAST(add_months(to_date({local}), {self.months}) AS TIMESTAMP)))"
-        )
+            return f"({self._sql.month_start(f'{self._sql.month_index(shifted)} + {self.months}')} + {self.offset})"
         below_micros = f" + pmod({shifted}, 1000)" if self.precision == "ns" else ""
-        return f"({self._from_local_sql(moved)}{below_micros} + {self.offset})"
+        return f"({self._sql.shift_months(shifted, self.months)}{below_micros} + {self.offset})"
 
     def floor_sql(self, ts_sql: str) -> str:
         if self.sliding_months:
-            month = self._month_of_sql(f"({ts_sql} - {self.offset})")
-            return f"({self._month_start_sql(f'{month} - pmod({month}, {self.sliding_months})')} + {self.offset})"
+            month = self._sql.month_index(f"({ts_sql} - {self.offset})")
+            return f"({self._sql.month_start(f'{month} - pmod({month}, {self.sliding_months})')} + {self.offset})"
         return f"({ts_sql} - pmod({ts_sql} - {self.offset}, {self.sliding}))"
 
     def _first_sql(self, ts_sql: str) -> tuple[str, str]:
         """(first start, last start) of a row's windows; on the month grid as month indices."""
         if self.sliding_months:
-            month, step = self._month_of_sql(f"({ts_sql} - {self.offset})"), self.sliding_months
+            month, step = self._sql.month_index(f"({ts_sql} - {self.offset})"), self.sliding_months
             # windows [k, k + months) of month indices holding the row's month
             return f"({month} - {self.months} - pmod({month} - {self.months}, {step}) + {step})", (
                 f"({month} - pmod({month}, {step}))"
@@ -303,7 +328,7 @@ class CalendarIntervalSpec:
         first, last = self._first_sql(ts_sql)
         if self.sliding_months:
             if self.sliding_months == self.months:
-                return f"({self._month_start_sql(last)} + {self.offset})"
+                return f"({self._sql.month_start(last)} + {self.offset})"
             months = f"sequence({first}, {last}, {self.sliding_months})"
-            return f"explode(transform({months}, k -> {self._month_start_sql('k')} + {self.offset}))"
+            return f"explode(transform({months}, k -> {self._sql.month_start('k')} + {self.offset}))"
         return f"explode(IF({first} <= {last}, sequence({first}, {last}, CAST({self.sliding} AS BIGINT)), array()))"

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 from .. import ast
 from ..constants import INT64_MAX, INT64_MIN
+from ..intervals import CalendarSql
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
 from ..tsma import FUNCTION_STATES
 from ..walk import conjuncts
@@ -191,7 +192,7 @@ class Renderer:
             if other.kind != "ts":
                 raise query_error(f"a calendar duration ({calendar.duration}) is added to a timestamp", expr)
             months = calendar.duration.months * (-1 if expr.op == "-" else 1)  # type: ignore[union-attr]
-            return Typed(self.shift_months(other.sql, months), "ts", other.aggregate)
+            return Typed(self.calendar.shift_months(other.sql, months), "ts", other.aggregate)
         left, right = self.expr(expr.left), self.expr(expr.right)
         agg = left.aggregate or right.aggregate
         op = expr.op
@@ -333,15 +334,16 @@ class Renderer:
             raise query_error(f"{expr.name}() needs a timestamp, got a {typed.kind} value", node)
         return typed
 
+    @property
+    def calendar(self) -> CalendarSql:
+        """Timestamp values on the session time zone's calendar in Spark SQL."""
+        return CalendarSql(self.scope.precision, self.ctx.timezone.key)
+
     def _local(self, ts_sql: str) -> str:
-        """A timestamp value (epoch in the precision) as a Spark TIMESTAMP in the session time
-        zone's wall-clock time (Spark's own session zone is UTC)."""
-        return f"from_utc_timestamp(timestamp_micros({self._micros(ts_sql)}), '{self.ctx.timezone.key}')"
+        return self.calendar.local(ts_sql)
 
     def _from_local(self, local_sql: str) -> str:
-        """The inverse of ``_local``: a Spark TIMESTAMP of the session time zone's wall-clock
-        time as a timestamp value (epoch in the precision)."""
-        return self._from_micros(f"unix_micros(to_utc_timestamp({local_sql}, '{self.ctx.timezone.key}'))")
+        return self.calendar.from_local(local_sql)
 
     def _time_function(self, expr: ast.Func) -> Typed:
         name, args = expr.name, expr.args
@@ -430,32 +432,8 @@ class Renderer:
                 i += 1
         return pieces
 
-    def month_index(self, ts_sql: str) -> str:
-        """Months since January 1970 of a timestamp value, on the session time zone's calendar."""
-        local = self._local(ts_sql)
-        return f"((year({local}) - 1970) * 12 + month({local}) - 1)"
-
-    def month_start(self, month_index_sql: str) -> str:
-        """The start of month ``index`` (months since January 1970) at midnight of the session
-        time zone, as a timestamp value in the precision."""
-        year = f"CAST(1970 + floor({month_index_sql} / 12) AS INT)"
-        local = f"make_timestamp({year}, CAST(pmod({month_index_sql}, 12) + 1 AS INT), 1, 0, 0, 0)"
-        return self._from_local(local)
-
-    def shift_months(self, ts_sql: str, months: int | str) -> str:
-        """``ts`` moved by whole months on the session time zone's calendar (TDengine's ``n``
-        and ``y``): the same day and time of day, the day clamped to the month's length."""
-        local = self._local(ts_sql)
-        moved = f"timestamp_micros(unix_micros({local}) - unix_micros(CAST(to_date({local}) AS TIMESTAMP)) + "
-        moved += f"unix_micros(CAST(add_months(to_date({local}), {months}) AS TIMESTAMP)))"
-        return self._from_local(moved)
-
-    def _from_micros(self, micros_sql: str) -> str:
-        """Microseconds since the epoch (Spark's unit) as a timestamp value in the precision."""
-        return {"ms": f"{micros_sql} DIV 1000", "us": micros_sql, "ns": f"{micros_sql} * 1000"}[self.scope.precision]
-
     def _micros(self, ts_sql: str) -> str:
-        return {"ms": f"({ts_sql} * 1000)", "us": ts_sql, "ns": f"({ts_sql} DIV 1000)"}[self.scope.precision]
+        return self.calendar.micros(ts_sql)
 
     def time_unit(self, expr: ast.Func, index: int) -> int:
         """A function's time-unit argument (``1s``, ``5m``) in the precision: fixed length, not

@@ -68,9 +68,9 @@ def filled_windows(
                 "FILL over calendar INTERVAL windows needs SLIDING equal to the INTERVAL and no offset", select
             )
         step = window.interval.months
-        first = f"min({render.month_index(f'{low}L' if low != INT64_MIN else '__w')})"
+        first = f"min({render.calendar.month_index(f'{low}L' if low != INT64_MIN else '__w')})"
         first = f"({first} - pmod({first}, {step}))"
-        last = f"max({render.month_index(f'{high}L' if high != INT64_MAX else '__w')})"
+        last = f"max({render.calendar.month_index(f'{high}L' if high != INT64_MAX else '__w')})"
     else:
         step = render.duration(window.sliding or window.interval, select)
         spec = interval_spec(window, scope, select)
@@ -94,7 +94,7 @@ def filled_windows(
     )
     grid = f"SELECT {key_list}explode({sequence}) AS __w FROM ({bounds}) __b"
     if window.interval.is_calendar:
-        grid = f"SELECT {key_list}{render.month_start('__w')} AS __w FROM ({grid}) __m"
+        grid = f"SELECT {key_list}{render.calendar.month_start('__w')} AS __w FROM ({grid}) __m"
     # the grid left-joined to the aggregated windows, each column filled by the mode
     on = " AND ".join([*(f"g.{k} <=> a.{k}" for k in keys), "g.__w = a.__w"])
     pseudo = {"d.__qw": "g.__w", **{v: v.replace("d.__qw", "g.__w") for v in scope.window_sql.values()}}
