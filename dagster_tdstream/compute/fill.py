@@ -22,15 +22,13 @@ import pyarrow as pa
 from ..errors import QueryError
 from ..sql import ast
 from ..sql.constants import ConstantContext, evaluate
+from ..sql.legacy_stream import fill_kind
 from ..sql.limits import MAX_FILL_WINDOWS
 from ..sql.timeunits import resolve_timezone
-from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from .output import Group, child_table_name, group_of
-
-_WINDOW_VALUES = ("_twstart", "_twend", "_twduration")
 
 
 def fill_windows(
@@ -106,18 +104,8 @@ def _array(values: list[Any], dtype: pa.DataType) -> pa.Array:
 
 
 def _column_kinds(query: ast.Select) -> list[str]:
-    """Per output column: a window pseudo-column's name, ``keep`` (a partition value or a
-    constant: the same in every window of the group) or ``fill`` (it reads the rows)."""
-    kinds = []
-    for item in query.items:
-        expr = item.expr
-        if isinstance(expr, ast.Column) and expr.name.lower() in _WINDOW_VALUES:
-            kinds.append(expr.name.lower())
-        elif any(isinstance(n, ast.Func | ast.Column) for n in walk(expr)):
-            kinds.append("fill")
-        else:
-            kinds.append("keep")
-    return kinds
+    """Per output column: how FILL writes it (``legacy_stream.fill_kind``)."""
+    return [fill_kind(item.expr) for item in query.items]
 
 
 def _fill_values(stream: StreamDefinition, fill: ast.Fill, kinds: list[str], now: int) -> dict[int, Any]:

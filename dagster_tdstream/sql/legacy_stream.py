@@ -315,6 +315,15 @@ def _validate_interp(stmt: ast.CreateLegacyStream) -> None:
         )  # fmt: skip
 
 
+def fill_kind(expr: ast.Expr) -> str:
+    """How FILL writes a column (as the equivalent stream's query has it) in a window without
+    rows: a window pseudo-column by its name (the window's own), ``keep`` a partition value or
+    constant (the group's), ``fill`` one that reads the rows (FILL's value)."""
+    if isinstance(expr, ast.Column) and expr.name.lower() in WINDOW_NAMES.values():
+        return expr.name.lower()
+    return "fill" if any(isinstance(n, ast.Func | ast.Column) for n in walk(expr)) else "keep"
+
+
 def _validate_fill(stmt: ast.CreateLegacyStream, fill: ast.Fill) -> None:
     """FILL of the windows without rows (``compute/fill.py``): window pseudo-columns selected
     bare (the filled window's own), one VALUE per column read from the rows."""
@@ -333,8 +342,7 @@ def _validate_fill(stmt: ast.CreateLegacyStream, fill: ast.Fill) -> None:
         if pseudo and not (isinstance(expr, ast.Column) and expr is pseudo[0]):
             message = f"with FILL a window pseudo-column is selected as it is, not in {item.text}"
             raise _error(stmt, message, item.expr.pos)
-        if not pseudo and any(isinstance(n, ast.Func | ast.Column) for n in walk(_group_keys(stmt, expr))):
-            filled += 1
+        filled += fill_kind(_group_keys(stmt, expr)) == "fill"
     if mode == "VALUE" and len(fill.values) != filled:
         raise _error(stmt, f"FILL(VALUE, …) needs {filled} value(s), one per filled column; got {len(fill.values)}")
 
