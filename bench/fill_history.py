@@ -58,7 +58,7 @@ def load(warehouse: Warehouse, rows: int, tables: int) -> None:
                 "phase": pa.array((np.tile(np.arange(per_table) // 600, len(names)) % 3).astype(np.int32)),
             }
         )
-        warehouse.delta.append("bench", "meters", data)
+        session.write("bench.meters", data)
 
 
 def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:

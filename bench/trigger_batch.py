@@ -63,7 +63,7 @@ def load(warehouse: Warehouse, tables: int, per_table: int) -> None:
             "voltage": pa.array(rng.integers(200, 240, n, dtype=np.int32)),
         }
     )
-    warehouse.delta.append("bench", "meters", data)
+    session.write("bench.meters", data)
 
 
 def main() -> None:

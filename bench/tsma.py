@@ -72,7 +72,7 @@ def load(warehouse: Warehouse, rows: int, tables: int, layout: str) -> None:
                 "phase": pa.array(rng.random(n, dtype=np.float32)),
             }
         )
-        warehouse.delta.append("bench", "meters", data)
+        session.write("bench.meters", data)
 
 
 def _timed(session: Session, query: str, repeat: int) -> tuple[float, list[tuple[object, ...]], str]:
