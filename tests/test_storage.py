@@ -3,6 +3,7 @@ precisions, rejected writes and the catalog. No Spark here: rows are read back w
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -249,3 +250,49 @@ def test_drop_if_exists_without_a_database_selected_drops_nothing_and_succeeds(s
     assert sql_session.warehouse.find_table("d", "t") is not None  # not a table of some database
     with pytest.raises(CatalogError, match="no database selected"):
         sql_session.execute("drop table t")
+
+
+_COERCED_TYPES = [
+    "TINYINT", "SMALLINT", "INT", "BIGINT", "TINYINT UNSIGNED", "INT UNSIGNED", "TIMESTAMP",
+    "FLOAT", "DOUBLE", "BOOL", "VARCHAR(3)", "NCHAR(2)", "VARBINARY(4)",
+]  # fmt: skip
+_COERCED_COLUMNS = [
+    pa.array([1, None, -128, 127], pa.int64()),
+    pa.array([300, 2**40], pa.int64()),
+    pa.array([-1, 0], pa.int32()),
+    pa.array([1.0, 2.5, -2.5, None], pa.float64()),
+    pa.array([1.25, 3e38], pa.float32()),
+    pa.array([float("nan"), 1.0], pa.float64()),
+    pa.array([float("inf")], pa.float64()),
+    pa.array([1e300], pa.float64()),
+    pa.array([True, False, None]),
+    pa.array(["ab", "abc", None]),
+    pa.array(["abcd"]),
+    pa.array(["中文"]),
+    pa.array(["12", " 7 ", "x"]),
+    pa.array([b"\x00\x01"], pa.binary()),
+]
+
+
+@pytest.mark.parametrize("computed", [True, False])
+@pytest.mark.parametrize("type_name", _COERCED_TYPES)
+def test_a_column_is_coerced_as_its_values_are_one_by_one(type_name: str, computed: bool) -> None:
+    """``coerce_array`` (stream results written column-wise) gives what ``coerce`` gives per
+    value — the same values and types, or the same rejection."""
+    from dagster_tdstream.sql.ast import DataType
+    from dagster_tdstream.storage.types import ValueTypeError, arrow_type, coerce, coerce_array
+
+    name, _, length = type_name.partition("(")
+    dtype = DataType(name, int(length.rstrip(")")) if length else None)
+    for column in _COERCED_COLUMNS:
+        try:
+            expected = pa.array(
+                [coerce(v, dtype, "c", computed=computed) for v in column.to_pylist()], arrow_type(dtype)
+            )
+        except ValueTypeError as error:
+            with pytest.raises(ValueTypeError, match=re.escape(str(error))):
+                coerce_array(column, dtype, "c", computed=computed)
+            continue
+        got = coerce_array(column, dtype, "c", computed=computed)
+        # compared as text: NaN is a value here, equal to itself
+        assert got.type == expected.type and repr(got.to_pylist()) == repr(expected.to_pylist()), (column, type_name)

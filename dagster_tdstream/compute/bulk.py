@@ -1,9 +1,10 @@
 """Bulk window derivation inside Spark: FILL_HISTORY and recalculation of event-time triggers.
 
 Owns running the trigger state machines over a whole table in one Spark job: the trigger
-table's snapshot is grouped by the stream's PARTITION BY columns and each group's rows go, in
-an Arrow UDF on the executors, through ``triggers.replay`` — the same code the sensor runs
-incrementally, so the bulk and the incremental path cannot disagree on a window. The job
+table's snapshot is grouped by the stream's PARTITION BY columns and each group's rows go
+through ``triggers.replay`` — the same code the sensor runs incrementally, so the bulk and the
+incremental path cannot disagree on a window. Row windows replay in an Arrow UDF on the
+executors; INTERVAL replays the runs Spark counted (one per group and window) here. The job
 returns what fired plus each group's final state, which becomes the checkpoint the sensor
 continues from. Reads only; writing the outputs is ``run.py``'s and ``output.py``'s.
 """
@@ -55,7 +56,7 @@ def _output(key: str, fired: list[Fired], state: TriggerState) -> pa.Table:
         out["wstart"].append(f.start)
         out["wend"].append(f.end)
         out["row_count"].append(f.row_count)
-        out["detail"].append(json.dumps(f.detail, default=str))
+        out["detail"].append(json.dumps(f.detail, default=str) if f.detail else "{}")  # most have none
     return pa.table(out, schema=_ARROW_OUTPUT)
 
 
@@ -79,7 +80,7 @@ def _group_key(data: pa.Table, group_columns: tuple[str, ...]) -> str:
 
 
 def _group_buckets(trigger: WindowTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
-    """The Arrow UDF for INTERVAL: one group's row runs (``replay.bucket_changes``) in."""
+    """INTERVAL: one group's row runs (``replay.bucket_changes``) in, its triggers and state out."""
 
     def per_group(data: pa.Table) -> pa.Table:
         runs = zip(*(data.column(c).to_pylist() for c in ("__first", "__last", "__rows")), strict=True)
@@ -87,6 +88,15 @@ def _group_buckets(trigger: WindowTrigger, group_columns: tuple[str, ...]) -> Ca
         return _output(_group_key(data, group_columns), fired, state)
 
     return per_group
+
+
+def _each_group(data: pa.Table, columns: Sequence[str], per_group: Callable[[pa.Table], pa.Table]) -> pa.Table:
+    """``per_group`` over each group's rows of ``data`` in this process (positions found in
+    one pass, then each group's rows taken out), the outputs concatenated."""
+    indexed = data.select(columns).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
+    positions = indexed.group_by(list(columns), use_threads=False).aggregate([("__row", "list")])
+    parts = [per_group(data.take(rows)) for rows in positions.column("__row_list").to_pylist()]
+    return pa.concat_tables(parts) if parts else _no_windows()
 
 
 def time_ordered(data: pa.Table, ts_column: str, read: Sequence[str]) -> tuple[pa.Table, list[RowChange]]:
@@ -150,14 +160,14 @@ def derive_windows(
         return _derived(warehouse, stream, local)
     from pyspark.sql import functions as F
 
-    frame = table_frame(spark, warehouse, table, version)
     admission = stream_admission(stream)
+    # only what the trigger, PRE_FILTER and grouping read is read (and travels to the UDF)
+    needed = {table.primary_key, "tbname", *stream.group_columns, *columns_read(trigger, admission)}  # type: ignore[arg-type]
+    needed |= {n.name.lower() for e in stream.group_exprs.values() for n in walk(e) if isinstance(n, ast.Column)}
+    frame = table_frame(spark, warehouse, table, version, tags=any(t.name in needed for t in table.tags))
     if admission.history_start is not None:  # pruned in Spark; the UDF checks PRE_FILTER only
         frame = frame.where(F.col(table.primary_key) >= admission.history_start)
         admission = Admission(None, admission.pre_filter)
-    # only what the trigger, PRE_FILTER and grouping read travels to the UDF
-    needed = {table.primary_key, "tbname", *stream.group_columns, *columns_read(trigger, admission)}  # type: ignore[arg-type]
-    needed |= {n.name.lower() for e in stream.group_exprs.values() for n in walk(e) if isinstance(n, ast.Column)}
     frame = frame.select(*[name for name in frame.columns if name in needed])
     if stream.group_exprs:  # a legacy PARTITION BY expression: computed as queries compute it
         source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
@@ -177,8 +187,10 @@ def derive_windows(
             F.max(table.primary_key).alias("__last"),
             F.count(F.lit(1)).alias("__rows"),
         )
-        udf = _group_buckets(trigger, stream.group_columns)
-        result = runs.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
+        # a run per (group, window) at most: few enough to replay here, which spares the
+        # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
+        names = list(stream.group_columns) or [_ALL]
+        result = _each_group(runs.toArrow(), names, _group_buckets(trigger, stream.group_columns))
     else:
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
@@ -212,11 +224,7 @@ def _local_windows(
         records = data.to_pylist()
         for name in stream.group_exprs:
             data = data.append_column(name, pa.array([group_expr_value(stream, name, row) for row in records]))
-    # each group's row positions in one pass, then each group's rows taken out
-    indexed = data.select(columns).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
-    positions = indexed.group_by(columns, use_threads=False).aggregate([("__row", "list")])
-    parts = [per_group(data.take(rows)) for rows in positions.column("__row_list").to_pylist()]
-    return pa.concat_tables(parts) if parts else _no_windows()
+    return _each_group(data, columns, per_group)
 
 
 def _no_windows() -> pa.Table:

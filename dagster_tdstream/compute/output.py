@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import QueryError, StreamValidationError
 from ..sql import ast
@@ -25,7 +26,7 @@ from ..sql.translate import OutputColumn
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.streamcheck import columns_for_types, infer_result_type
-from ..storage.types import coerce
+from ..storage.types import arrow_schema, coerce, coerce_array
 from ..storage.warehouse import Warehouse, WriteBatch
 
 TBNAME_TAG = ast.ColumnDef("tag_tbname", ast.DataType("VARCHAR", 270))
@@ -265,29 +266,33 @@ def write_results(
     target = stream.output
     assert target is not None
     db, name = target
-    tids = result.column("__tid").to_pylist()
     data = result.drop_columns(["__tid"])
     info = warehouse.find_table(db, name)
     if info is None:
         if data.num_rows == 0:
             return WriteOutcome(0, None, ())  # the output table appears with its first result
         info = _create_output(warehouse, stream, columns, data, source_types)
-    rows_by_child: dict[str, list[tuple[Any, ...]]] = {}
-    children: dict[str, TableInfo] = {}
-    new_children: list[TableInfo] = []
-    values = [col.to_pylist() for col in data.columns]
-    timestamps = [i for i, c in enumerate(columns) if c.is_timestamp]
-    for row_index, tid in enumerate(tids):
-        row = [col[row_index] for col in values]
-        if row[0] is None:
-            continue  # TDengine drops a result whose primary key is NULL
-        for i in timestamps:
-            if row[i] is not None and not isinstance(row[i], int):
-                row[i] = int(row[i])
-        row = [coerce(v, c.type, c.name, computed=True) for v, c in zip(row, info.columns, strict=True)]
-        child = _child_for(warehouse, stream, info, groups[tid], children, new_children)
-        rows_by_child.setdefault(child.name, []).append(tuple(row))
-    batches = [WriteBatch.from_rows(children.get(child) or info, rows) for child, rows in rows_by_child.items()]
+    result = result.filter(pc.is_valid(result.column(0)))  # TDengine drops a result whose key is NULL
+    data = result.drop_columns(["__tid"])
+    arrays = []
+    for column, definition, values in zip(columns, info.columns, data.columns, strict=True):
+        if column.is_timestamp and pa.types.is_floating(values.type):
+            values = pc.trunc(values)  # a computed time is an integer count of the precision
+        elif column.is_timestamp and pa.types.is_decimal(values.type):
+            values = values.cast(pa.int64(), safe=False)
+        arrays.append(coerce_array(values, definition.type, definition.name, computed=True))
+    rows = pa.table(arrays, schema=arrow_schema(info.columns, with_tbname=False))
+    tids = result.column("__tid").to_pylist()
+    child_of_group: dict[Group, str] = {}  # a batch's triggers share few groups: each named once
+    for tid in dict.fromkeys(tids):
+        group = groups[tid]
+        if group not in child_of_group:
+            child_of_group[group] = child_table_name(stream, group) if info.kind != "normal" else info.name
+    names = [child_of_group[groups[tid]] for tid in tids]
+    new_children = _new_children(warehouse, stream, info, child_of_group)
+    if info.kind != "normal":  # one batch of the super table: each row names its child table
+        rows = rows.add_column(0, pa.field("tbname", pa.string(), nullable=False), pa.array(names, pa.string()))
+    batches = [WriteBatch(info, rows)] if rows.num_rows else []
     removals = []
     if replace_range is not None:
         removals.append(f"({warehouse.range_predicate(info, replace_range)})")
@@ -301,7 +306,7 @@ def write_results(
     replace_where = " OR ".join(removals) if removals else None
     outcome = warehouse.write(batches, new_children, replace_where=replace_where, replace_table=info)
     version = next(iter(outcome.versions.values()), None)
-    return WriteOutcome(outcome.rows, version, tuple(rows_by_child))
+    return WriteOutcome(outcome.rows, version, tuple(dict.fromkeys(names)))
 
 
 def _create_output(
@@ -318,32 +323,26 @@ def _create_output(
     return warehouse.table(db, name)
 
 
-def _child_for(
-    warehouse: Warehouse,
-    stream: StreamDefinition,
-    output: TableInfo,
-    group: Group,
-    children: dict[str, TableInfo],
-    new_children: list[TableInfo],
-) -> TableInfo:
+def _new_children(
+    warehouse: Warehouse, stream: StreamDefinition, output: TableInfo, child_of_group: dict[Group, str]
+) -> list[TableInfo]:
+    """The child tables of the output a batch writes that do not exist yet (looked up at
+    once), with their groups' tag values, in the order the batch names them."""
     if output.kind == "normal":
-        children.setdefault(output.name, output)
-        return output
-    name = child_table_name(stream, group)
-    if name not in children:
-        existing = warehouse.find_table(output.db, name)
-        if existing is None:
-            existing = warehouse.new_child(output.db, name, output, tag_values(stream, group, output.tags))
-            new_children.append(existing)
-        children[name] = existing
-    return children[name]
+        return []
+    existing = warehouse.find_tables(output.db, sorted(set(child_of_group.values())))
+    new: dict[str, TableInfo] = {}
+    for group, name in child_of_group.items():
+        if name not in existing and name not in new:
+            new[name] = warehouse.new_child(output.db, name, output, tag_values(stream, group, output.tags))
+    return list(new.values())
 
 
 def group_of(trigger: dict[str, Any]) -> Group:
-    return Group(_group_values(trigger["group_values"]), int(trigger["group_id"]))
+    return _group(trigger["group_values"], int(trigger["group_id"]))
 
 
 @functools.lru_cache(maxsize=65536)
-def _group_values(text: str) -> tuple[Any, ...]:
+def _group(values: str, group_id: int) -> Group:
     """A run's triggers share few groups: each group's JSON is decoded once."""
-    return tuple(json.loads(text))
+    return Group(tuple(json.loads(values)), group_id)

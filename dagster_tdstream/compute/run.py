@@ -142,7 +142,9 @@ def compute_triggers(
         assert isinstance(trigger, WindowTrigger)  # the legacy family fills INTERVAL windows only
         result = fill_windows(warehouse, stream, trigger, result, computable, clock(), replace_range)
     groups = {int(t["id"]): group_of(t) for t in computable}
-    results = _results_by_trigger(stream, translated.columns, result) if computable else {}
+    # the rows by trigger are for the notifications: a stream without any is spared them
+    notifies = stream.stmt.notification is not None
+    results = _results_by_trigger(stream, translated.columns, result) if computable and notifies else {}
     if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:
         # results go to the receivers only: no table is written (or created)
         return RunOutcome(len(triggers), len(computable), 0, None, _offsets(triggers), (), results)
@@ -360,7 +362,8 @@ def _triggers_frame(
     rows = []
     for t in triggers:
         group = group_of(t)
-        detail = json.loads(t.get("detail") or "{}")
+        # only a time point's detail is read: windows' are not decoded (100,000s in a history)
+        detail = json.loads(t.get("detail") or "{}") if t["event"] == ON_TIME else {}
         if t["event"] == ON_TIME and detail.get("period"):  # a PERIOD tick: processing times, ns
             rows.append(
                 (

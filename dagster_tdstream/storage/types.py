@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..sql.ast import ColumnDef, DataType
 
@@ -194,6 +195,59 @@ def coerce(value: Any, dtype: DataType, column: str, *, computed: bool = False) 
         except decimal.InvalidOperation:
             raise ValueTypeError(f"column {column} ({dtype}) needs a decimal, got {value!r}") from None
     raise ValueTypeError(f"unsupported type {dtype} for column {column}")
+
+
+def coerce_array(
+    values: pa.Array | pa.ChunkedArray, dtype: DataType, column: str, *, computed: bool = False
+) -> pa.Array:
+    """A column of values converted to ``dtype`` as ``coerce`` converts each one, with the same
+    checks: numbers, booleans and strings whole-column in Arrow; anything else, or a column a
+    check fails on, value by value (so the error names the value as ``coerce`` does)."""
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    fast = _coerced_in_arrow(array, array.type, dtype, computed)
+    if fast is not None:
+        return fast
+    return pa.array([coerce(v, dtype, column, computed=computed) for v in array.to_pylist()], type=arrow_type(dtype))
+
+
+def _coerced_in_arrow(array: pa.Array, kind: pa.DataType, dtype: DataType, computed: bool) -> pa.Array | None:
+    """``coerce_array``'s whole-column conversions; None where a value needs ``coerce``."""
+    name = dtype.name
+    numeric = pa.types.is_integer(kind) or pa.types.is_boolean(kind)
+    if name in _INT_RANGES and (numeric or pa.types.is_floating(kind)):
+        if pa.types.is_floating(kind):
+            if not pc.all(pc.is_finite(array)).as_py():
+                return None
+            truncated = pc.trunc(array)
+            if name == "TIMESTAMP" and not pc.all(pc.equal(truncated, array)).as_py():
+                return None
+            array = truncated
+        try:
+            wide = array.cast(pa.int64())
+        except (pa.ArrowInvalid, OverflowError):  # beyond int64: ``coerce`` names the value
+            return None
+        low, high = _INT_RANGES[name]
+        bounds = pc.min_max(wide)
+        if bounds["min"].is_valid and not (low <= bounds["min"].as_py() and bounds["max"].as_py() <= high):
+            return None
+        return wide.cast(arrow_type(dtype))
+    if name in _FLOAT_LIMITS and (numeric or pa.types.is_floating(kind)):
+        wide = array.cast(pa.float64(), safe=False)  # as float(value): large integers round
+        if not computed:  # NaN, infinities and FLOATs beyond float32 are not stored values
+            limit = _FLOAT_LIMITS[name]
+            if not pc.all(pc.and_(pc.is_finite(wide), pc.less_equal(pc.abs(wide), limit))).as_py():
+                return None
+        return wide.cast(arrow_type(dtype), safe=False)
+    if name == "BOOL" and pa.types.is_boolean(kind):
+        return array
+    if name in STRING_TYPES and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        if dtype.length is not None and len(array):
+            sizes = pc.binary_length(array) if name in ("BINARY", "VARCHAR") else pc.utf8_length(array)
+            longest = pc.max(sizes)
+            if longest.is_valid and longest.as_py() > dtype.length:
+                return None
+        return array.cast(pa.string())
+    return None
 
 
 def _plain(value: Any) -> str:
