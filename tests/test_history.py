@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.compute as pc
 import pytest
 from dagster import DagsterRunStatus, RunsFilter
 from sqlalchemy import select
 
 from dagster_tdstream import Session, StreamHarness
-from dagster_tdstream.compute.bulk import LOCAL_ROWS, derive_windows
+from dagster_tdstream.compute.bulk import LOCAL_ROWS, derive_windows, time_ordered
 from dagster_tdstream.storage.catalog import triggers_table
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
@@ -89,6 +90,41 @@ def test_a_late_row_merging_two_sessions_retracts_the_vanished_window(session: S
         (WINDOW_INVALIDATION, T + 5000, T + 5000, "done"),
         ("RECALC", T, T + 5000, "done"),
     ]
+
+
+@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
+def test_bulk_state_islands_equal_the_engine_replay(session: Session, spark: object, local_rows: int) -> None:
+    """STATE_WINDOW in bulk (islands found by Spark, replayed per group) against the row replay:
+    NULL states inside and before windows, TRUE_FOR, a child table with no state at all."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (1); create table c using st tags (2);"
+        f"insert into a values ({T}, NULL) ({T + 1000}, 1) ({T + 2000}, NULL) ({T + 3000}, 1) ({T + 4000}, 2)"
+        f" ({T + 6000}, 2) ({T + 7000}, NULL) ({T + 9000}, 3);"
+        f"insert into b values ({T + 1000}, 7) ({T + 5000}, 2) ({T + 6000}, 9) ({T + 7000}, NULL) ({T + 8000}, 3);"
+        f"insert into c values ({T}, NULL) ({T + 1000}, NULL);"
+        "create stream sw state_window(s) true_for(2s) from st partition by tbname stream_options(fill_history) "
+        "into sw_out as select _twstart, count(*) from %%trows"
+    )
+    stream = load_stream(session.warehouse, "d.sw")
+    derived = derive_windows(spark, session.warehouse, stream, local_rows=local_rows)
+    data = session.warehouse.read_table(stream.trigger_table)  # type: ignore[arg-type]
+    expected, states = [], {}
+    for name in "abc":
+        _, rows = time_ordered(data.filter(pc.equal(data["tbname"], name)), "ts", ["s"])
+        fired, state = replay(stream_trigger(stream), rows)
+        expected += [(f'["{name}"]', f.event, f.start, f.end, f.row_count, f.detail) for f in fired]
+        states[f'["{name}"]'] = state.to_json()
+    bulk = [
+        (t["group_values"], t["event"], t["wstart"], t["wend"], t["row_count"], json.loads(t["detail"]))
+        for t in derived.triggers
+    ]
+    assert sorted(bulk, key=str) == sorted(expected, key=str)
+    assert derived.states == states
+    # by hand: a's 1 at T+1s..T+3s (3 rows, a NULL inside) and 2 at T+4s..T+7s (3 rows, 3 s)
+    # close; b's windows last under 2 s (TRUE_FOR); c never has a state
+    assert sorted(b[2:5] for b in bulk) == [(T + 1000, T + 3000, 3), (T + 4000, T + 7000, 3)]
+    assert states['["c"]']["max_ts"] == T + 1000 and not states['["c"]']["open"]
 
 
 @pytest.mark.parametrize("partition", ["tbname", "g"])

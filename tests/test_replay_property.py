@@ -26,7 +26,7 @@ from dagster_tdstream.triggers.engine import (
     Change,
     WindowTrigger,
 )
-from dagster_tdstream.triggers.replay import EventTimeTrigger, bucket_changes, replay
+from dagster_tdstream.triggers.replay import EventTimeTrigger, bucket_changes, island_changes, replay
 from dagster_tdstream.triggers.rows import (
     CountTrigger,
     EventTrigger,
@@ -161,3 +161,36 @@ def test_interval_runs_replay_like_rows(
     by_run = replay(trigger, bucket_changes((min(r), max(r), len(r)) for r in runs.values()))
     assert by_run[0] == by_row[0]
     assert by_run[1].to_json() == by_row[1].to_json()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 120), st.one_of(st.none(), st.integers(0, 2))), min_size=1, max_size=60),
+    true_for=st.sampled_from([None, 0, 4]),
+    opens=st.booleans(),
+    max_delay=st.sampled_from([None, 5]),
+)
+def test_state_islands_replay_like_rows(
+    rows: list[tuple[int, int | None]], true_for: int | None, opens: bool, max_delay: int | None
+) -> None:
+    """FILL_HISTORY's STATE_WINDOW path hands the state machine islands — runs of rows whose
+    state, a NULL carrying the one before it, stays the same (as Spark finds them with
+    ``last(…, ignorenulls)``, ``lag`` and a running sum) — not rows: same triggers, same state.
+    A timestamp seen again (two child tables of one group) counts once, as in the replay."""
+    events = (WINDOW_OPEN, WINDOW_CLOSE) if opens else (WINDOW_CLOSE,)
+    trigger = StateTrigger(column="s", true_for=true_for, events=events, max_delay=max_delay)
+    ordered = sorted(rows, key=lambda row: row[0])
+    by_row = replay(trigger, [RowChange(ts, "insert", {"s": s}) for ts, s in ordered])
+    islands: list[list[Any]] = []  # [first, last, rows, state]
+    carried, seen = None, None
+    for ts, s in ordered:
+        if ts == seen:
+            continue
+        seen, carried = ts, s if s is not None else carried
+        if islands and islands[-1][3] == carried:
+            islands[-1][1:3] = [ts, islands[-1][2] + 1]
+        else:
+            islands.append([ts, ts, 1, carried])
+    by_island = replay(trigger, island_changes([(first, last, n, s) for first, last, n, s in islands], "s"))
+    assert by_island[0] == by_row[0]
+    assert by_island[1].to_json() == by_row[1].to_json()

@@ -574,3 +574,34 @@ def test_a_stream_query_joins_two_tables_in_its_window(session: Session, harness
     session.execute(f"insert into a values ({T}, 1) ({T + 10000}, 1) ({T + 20000}, 1)")
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from out") == [(T, 2, 76.0), (T + 10000, 1, 100.0)]
+
+
+def test_a_run_reads_the_tags_its_query_or_pre_filter_names_and_skips_them_otherwise(
+    session: Session, harness: StreamHarness
+) -> None:
+    """A run reads the trigger table's rows without their tags unless the query, the grouping
+    or PRE_FILTER names one (``run._reads_tags``): each stream gets exactly what it names."""
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (2); create table c using st tags (3);"
+        "create stream tg interval(5s) sliding(5s) from st partition by tbname into tg_out "
+        "as select _twstart, count(*) n, max(g) mg from %%trows;"
+        "create stream pf interval(5s) sliding(5s) from st partition by tbname stream_options(pre_filter(g > 1)) "
+        "into pf_out as select _twstart, count(*) n from %%trows;"
+        "create stream no interval(5s) sliding(5s) from st partition by tbname into no_out "
+        "as select _twstart, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(
+        f"insert into a values ({T}, 1) ({T + 1000}, 2) ({T + 6000}, 3)"
+        f" b values ({T + 2000}, 10) ({T + 7000}, 11) c values ({T + 5000}, 5)"
+    )
+    session.execute("drop table c")  # its rows are not read by any run
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select tag_tbname, _c0, n, mg from tg_out order by tag_tbname") == [
+        ("a", T, 2, 1),
+        ("b", T, 1, 2),
+    ]
+    assert output(session, "select tag_tbname, _c0, n from pf_out order by tag_tbname") == [("b", T, 1)]
+    assert output(session, "select tag_tbname, _c0, n, s from no_out order by tag_tbname") == [
+        ("a", T, 2, 3),
+        ("b", T, 1, 10),
+    ]

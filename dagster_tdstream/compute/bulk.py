@@ -31,8 +31,16 @@ from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import Fired, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
-from ..triggers.replay import Admission, EventTimeTrigger, TriggerState, bucket_changes, columns_read, replay
-from ..triggers.rows import RowChange
+from ..triggers.replay import (
+    Admission,
+    EventTimeTrigger,
+    TriggerState,
+    bucket_changes,
+    columns_read,
+    island_changes,
+    replay,
+)
+from ..triggers.rows import RowChange, StateTrigger
 from ..triggers.tick import group_expr_value, group_identities, queue_record
 
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
@@ -191,10 +199,50 @@ def derive_windows(
         # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
         names = list(stream.group_columns) or [_ALL]
         result = _each_group(runs.toArrow(), names, _group_buckets(trigger, stream.group_columns))
+    elif isinstance(trigger, StateTrigger) and admission.pre_filter is None:
+        # STATE_WINDOW: Spark finds the islands of rows in one state (gaps and islands); the
+        # state machine replays two changes per island (same windows: ``replay.island_changes``)
+        # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
+        islands = _state_islands(frame, columns, table.primary_key, trigger.column)
+        udf = _group_islands(trigger, stream.group_columns)
+        result = islands.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     else:
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     return _derived(warehouse, stream, result)
+
+
+def _state_islands(frame: Any, columns: list[Any], pk: str, column: str) -> Any:
+    """Each group's islands: maximal runs of rows, in time order, whose state — a NULL taking
+    the state before it, as in the trigger — stays the same, as (first, last, rows, state).
+    The rows before a group's first state are one island with a NULL state (the trigger skips
+    them, but they move its event time). One sort serves every window function here."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy(*columns).orderBy(F.col(f"`{pk}`"))
+    running = window.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    frame = frame.withColumn("__state", F.last(F.col(f"`{column}`"), ignorenulls=True).over(running))
+    changed = F.when(F.col("__state").eqNullSafe(F.lag("__state").over(window)), 0).otherwise(1)
+    frame = frame.withColumn("__island", F.sum(changed).over(running))
+    return frame.groupBy(*columns, "__island").agg(
+        F.min(F.col(f"`{pk}`")).alias("__first"),
+        F.max(F.col(f"`{pk}`")).alias("__last"),
+        F.count(F.lit(1)).alias("__rows"),
+        F.first("__state").alias("__value"),
+    )
+
+
+def _group_islands(trigger: StateTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
+    """The Arrow UDF for STATE_WINDOW: one group's islands (``replay.island_changes``) in."""
+
+    def per_group(data: pa.Table) -> pa.Table:
+        names = ("__first", "__last", "__rows", "__value")
+        islands = zip(*(data.column(c).to_pylist() for c in names), strict=True)
+        fired, state = replay(trigger, island_changes(islands, trigger.column))
+        return _output(_group_key(data, group_columns), fired, state)
+
+    return per_group
 
 
 def _local_windows(

@@ -32,7 +32,7 @@ from ..sql.translate import (
     row_condition,
     translate_select,
 )
-from ..sql.walk import all_expressions
+from ..sql.walk import all_expressions, walk
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
 from ..storage.system import SYSTEM_DB, system_schema
@@ -118,7 +118,7 @@ def compute_triggers(
             if shared is not None and shared.covers(table, *span):
                 trows_view = views.register(shared.rows(*span), "range")
             else:  # the batch's rows from the few files its windows span
-                trows_view = views.table_range(table, *span)
+                trows_view = views.table_range(table, *span, tags=_reads_tags(stream))
         if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
             # recalculated INTERVAL windows carry no row count: count them at computation time
             counted = trows_view or trigger_source.view
@@ -323,6 +323,22 @@ def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
 def _offsets(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
     offsets = [int(t["offset"]) for t in triggers if t.get("offset") is not None and int(t["offset"]) >= 0]
     return (min(offsets), max(offsets)) if offsets else None
+
+
+def _reads_tags(stream: StreamDefinition) -> bool:
+    """Whether a run may read the trigger table's tags from its rows: a tag named anywhere in
+    the query, the grouping or PRE_FILTER (or ``*``); else its rows are read without them."""
+    table, query = stream.trigger_table, stream.stmt.query
+    if table is None or query is None or not table.tags:
+        return False
+    tags = {t.name for t in table.tags}
+    pre_filter = stream.stmt.option("PRE_FILTER")
+    nodes = list(all_expressions(query))
+    for expr in [*stream.group_exprs.values(), *([pre_filter.expr] if pre_filter and pre_filter.expr else [])]:
+        nodes += walk(expr)
+    return bool(tags & set(stream.group_columns)) or any(
+        isinstance(n, ast.Star) or (isinstance(n, ast.Column) and n.name.lower() in tags) for n in nodes
+    )
 
 
 def _uses(query: ast.Select, name: str) -> bool:

@@ -196,9 +196,11 @@ class SparkViews:
     def fresh_view(self) -> str:
         return f"__tds_{next(self._counter)}"
 
-    def table_range(self, info: TableInfo, low: int, high: int) -> str:
-        """A view of the table's rows with primary timestamps in [low, high] (registered now)."""
-        return self.register(table_frame(self.spark, self.warehouse, info, key_range=(low, high)), "range")
+    def table_range(self, info: TableInfo, low: int, high: int, *, tags: bool = True) -> str:
+        """A view of the table's rows with primary timestamps in [low, high] (registered now);
+        ``tags=False``: without their tag columns."""
+        frame = table_frame(self.spark, self.warehouse, info, key_range=(low, high), tags=tags)
+        return self.register(frame, "range")
 
     def sql(self, text: str) -> Any:
         """``spark.sql`` once the views the text names are registered."""

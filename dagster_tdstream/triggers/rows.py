@@ -25,6 +25,9 @@ class RowChange:
     ts: int
     kind: str  # insert | update | delete
     values: dict[str, Any]
+    # the rows this change stands for: STATE_WINDOW's bulk path hands over an island of rows
+    # in one state as its first row and one change at its last row for the others
+    weight: int = 1
 
 
 @dataclass
@@ -135,10 +138,10 @@ class StateTrigger(RowWindowTrigger):
         value = change.values.get(self.column)
         if value is None:  # a NULL state changes nothing; it stays in an open window
             if state.open:
-                state.last, state.count = change.ts, state.count + 1
+                state.last, state.count = change.ts, state.count + change.weight
             return
         if state.open and value == state.key:
-            state.last, state.count = change.ts, state.count + 1
+            state.last, state.count = change.ts, state.count + change.weight
             return
         if state.open:
             self.close(state, fired, {"curState": state.key, "nextState": value})

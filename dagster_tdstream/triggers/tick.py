@@ -397,6 +397,10 @@ class _GroupedRows:
             tbname = record.get("tbname") or self.table.name
             if self.table.kind == "child" and tbname != self.table.name:
                 continue
+            if self.table.kind == "super" and self._table_of(tbname) is None:
+                # a child table dropped since: its rows went with it (a delete commit follows),
+                # its tags are gone, and it is no group any more
+                continue
             if by_value and record["_change_type"] == "update_preimage":
                 values = self._values(record, tbname)
                 old = self._group_values(values)
