@@ -203,7 +203,7 @@ def derive_windows(
         # STATE_WINDOW: Spark finds the islands of rows in one state (gaps and islands); the
         # state machine replays two changes per island (same windows: ``replay.island_changes``)
         # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
-        islands = _state_islands(frame, columns, table.primary_key, trigger.column)
+        islands = _state_islands(frame, list(stream.group_columns) or [_ALL], table.primary_key, trigger.column)
         udf = _group_islands(trigger, stream.group_columns)
         result = islands.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     else:
@@ -212,24 +212,24 @@ def derive_windows(
     return _derived(warehouse, stream, result)
 
 
-def _state_islands(frame: Any, columns: list[Any], pk: str, column: str) -> Any:
+def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
     """Each group's islands: maximal runs of rows, in time order, whose state — a NULL taking
     the state before it, as in the trigger — stays the same, as (first, last, rows, state).
-    The rows before a group's first state are one island with a NULL state (the trigger skips
-    them, but they move its event time). One sort serves every window function here."""
-    from pyspark.sql import Window
+    An island starts at a row whose state differs from the last state before it (``lag …
+    IGNORE NULLS``); the rows before a group's first state are one island with a NULL state
+    (the trigger skips them, but they move its event time). Two window functions over one
+    sort, as a hand-written gaps-and-islands query."""
     from pyspark.sql import functions as F
 
-    window = Window.partitionBy(*columns).orderBy(F.col(f"`{pk}`"))
-    running = window.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    frame = frame.withColumn("__state", F.last(F.col(f"`{column}`"), ignorenulls=True).over(running))
-    changed = F.when(F.col("__state").eqNullSafe(F.lag("__state").over(window)), 0).otherwise(1)
-    frame = frame.withColumn("__island", F.sum(changed).over(running))
-    return frame.groupBy(*columns, "__island").agg(
+    state, over = f"`{column}`", f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
+    starts = f"CASE WHEN {state} IS NOT NULL AND NOT ({state} <=> lag({state}) IGNORE NULLS {over})) THEN 1 ELSE 0 END"
+    frame = frame.withColumn("__start", F.expr(starts))
+    frame = frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
+    return frame.groupBy(*groups, "__island").agg(
         F.min(F.col(f"`{pk}`")).alias("__first"),
         F.max(F.col(f"`{pk}`")).alias("__last"),
         F.count(F.lit(1)).alias("__rows"),
-        F.first("__state").alias("__value"),
+        F.first(F.col(state), ignorenulls=True).alias("__value"),
     )
 
 
