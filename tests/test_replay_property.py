@@ -26,7 +26,14 @@ from dagster_tdstream.triggers.engine import (
     Change,
     WindowTrigger,
 )
-from dagster_tdstream.triggers.replay import EventTimeTrigger, bucket_changes, island_changes, replay
+from dagster_tdstream.triggers.replay import (
+    EventTimeTrigger,
+    bucket_changes,
+    fast_interval,
+    interval_history,
+    island_changes,
+    replay,
+)
 from dagster_tdstream.triggers.rows import (
     CountTrigger,
     EventTrigger,
@@ -194,3 +201,39 @@ def test_state_islands_replay_like_rows(
     by_island = replay(trigger, island_changes([(first, last, n, s) for first, last, n, s in islands], "s"))
     assert by_island[0] == by_row[0]
     assert by_island[1].to_json() == by_row[1].to_json()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    stamps=st.lists(st.integers(0, 120), min_size=1, max_size=60),
+    interval=st.integers(1, 12),
+    sliding=st.integers(1, 12),
+    offset=st.integers(0, 11),
+    watermark=st.sampled_from([0, 3, 50]),
+    ignore_nodata=st.booleans(),
+    max_delay=st.sampled_from([None, 5]),
+)
+def test_interval_history_in_one_pass_equals_the_state_machine(
+    stamps: list[int],
+    interval: int,
+    sliding: int,
+    offset: int,
+    watermark: int,
+    ignore_nodata: bool,
+    max_delay: int | None,
+) -> None:
+    """FILL_HISTORY's one-pass INTERVAL windows (``interval_history``) against the state
+    machine replaying the same runs and the rows one by one: same triggers in the same
+    order, same state."""
+    sliding = min(sliding, interval)
+    spec = IntervalSpec(interval, sliding, offset % sliding)
+    trigger = WindowTrigger(spec, watermark=watermark, ignore_nodata=ignore_nodata, max_delay=max_delay)
+    assert fast_interval(trigger)
+    ordered = sorted(stamps)
+    runs: dict[tuple[int, int], list[int]] = {}
+    for ts in ordered:
+        runs.setdefault(spec.bucket(ts), []).append(ts)
+    by_row = replay(trigger, [Change(ts, "insert") for ts in ordered])
+    one_pass = interval_history(trigger, [(min(r), max(r), len(r)) for r in runs.values()])
+    assert one_pass[0] == by_row[0]
+    assert one_pass[1].to_json() == by_row[1].to_json()

@@ -37,6 +37,8 @@ from ..triggers.replay import (
     TriggerState,
     bucket_changes,
     columns_read,
+    fast_interval,
+    interval_history,
     island_changes,
     replay,
 )
@@ -90,20 +92,27 @@ def _group_key(data: pa.Table, group_columns: tuple[str, ...]) -> str:
 def _group_buckets(trigger: WindowTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
     """INTERVAL: one group's row runs (``replay.bucket_changes``) in, its triggers and state out."""
 
+    fast = fast_interval(trigger)
+
     def per_group(data: pa.Table) -> pa.Table:
         runs = zip(*(data.column(c).to_pylist() for c in ("__first", "__last", "__rows")), strict=True)
-        fired, state = replay(trigger, bucket_changes(runs))
+        fired, state = interval_history(trigger, runs) if fast else replay(trigger, bucket_changes(runs))
         return _output(_group_key(data, group_columns), fired, state)
 
     return per_group
 
 
 def _each_group(data: pa.Table, columns: Sequence[str], per_group: Callable[[pa.Table], pa.Table]) -> pa.Table:
-    """``per_group`` over each group's rows of ``data`` in this process (positions found in
-    one pass, then each group's rows taken out), the outputs concatenated."""
-    indexed = data.select(columns).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
-    positions = indexed.group_by(list(columns), use_threads=False).aggregate([("__row", "list")])
-    parts = [per_group(data.take(rows)) for rows in positions.column("__row_list").to_pylist()]
+    """``per_group`` over each group's rows of ``data`` in this process, the outputs
+    concatenated. Sorted by group once, each group's rows are one slice (taking each group's
+    rows out of the whole table cost a pass over it per group: 2.4 s for the 833,000 runs of
+    1,000 groups in 50 M rows)."""
+    order = pc.sort_indices(data.select(list(columns)), [(c, "ascending") for c in columns])
+    data = data.take(order)
+    indexed = data.select(list(columns)).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
+    spans = indexed.group_by(list(columns), use_threads=False).aggregate([("__row", "min"), ("__row", "count")])
+    starts, counts = spans.column("__row_min").to_pylist(), spans.column("__row_count").to_pylist()
+    parts = [per_group(data.slice(start, count)) for start, count in zip(starts, counts, strict=True)]
     return pa.concat_tables(parts) if parts else _no_windows()
 
 

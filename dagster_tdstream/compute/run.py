@@ -377,10 +377,11 @@ def _triggers_frame(
     ]  # fmt: skip
     rows = []
     for t in triggers:
+        if t["event"] != ON_TIME:
+            continue  # windows below, column by column
         group = group_of(t)
-        # only a time point's detail is read: windows' are not decoded (100,000s in a history)
-        detail = json.loads(t.get("detail") or "{}") if t["event"] == ON_TIME else {}
-        if t["event"] == ON_TIME and detail.get("period"):  # a PERIOD tick: processing times, ns
+        detail = json.loads(t.get("detail") or "{}")
+        if detail.get("period"):  # a PERIOD tick: processing times, ns
             rows.append(
                 (
                     int(t["id"]), None, None, None, t["row_count"], group.group_id, detail["local"],
@@ -389,32 +390,53 @@ def _triggers_frame(
                 )
             )  # fmt: skip
             continue
-        if t["event"] == ON_TIME:  # a time point: _tcurrent_ts and its neighbours, no window
-            rows.append(
-                (
-                    int(t["id"]), None, None, None, t["row_count"], group.group_id, int(t.get("fired_at") or now),
-                    None, None, t["wstart"], detail.get("prev"), detail.get("next"),
-                    str(group.values[tbname_index]) if tbname_index is not None else None, *group.values,
-                )
-            )  # fmt: skip
-            continue
-        closing = t["event"] != WINDOW_OPEN
-        start, end = t["wstart"], t["wend"]
+        # a time point: _tcurrent_ts and its neighbours, no window
         rows.append(
             (
-                int(t["id"]), start, end if closing else None,
-                end - start if closing and end is not None else None,
-                t["row_count"] if closing and t["row_count"] is not None and t["row_count"] >= 0 else None,
-                group.group_id, int(t.get("fired_at") or now), None, None, None, None, None,
+                int(t["id"]), None, None, None, t["row_count"], group.group_id, int(t.get("fired_at") or now),
+                None, None, t["wstart"], detail.get("prev"), detail.get("next"),
                 str(group.values[tbname_index]) if tbname_index is not None else None, *group.values,
             )
         )  # fmt: skip
-    # column-wise through Arrow: a batch of 100,000s of triggers, no per-row type checks
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
-    table = pa.table([pa.array(values, dtype) for values, (_, dtype) in zip(columns, fields, strict=True)],
-                     names=[name for name, _ in fields])  # fmt: skip
+    points = pa.table([pa.array(values, dtype) for values, (_, dtype) in zip(columns, fields, strict=True)],
+                      names=[name for name, _ in fields])  # fmt: skip
+    table = pa.concat_tables([points, _window_triggers(stream, triggers, fields, now, tbname_index)])
     schema = T.StructType([T.StructField(name, spark_type(dtype), True) for name, dtype in fields])
     return spark.createDataFrame(table, schema)
+
+
+def _window_triggers(
+    stream: StreamDefinition,
+    triggers: Sequence[dict[str, Any]],
+    fields: list[tuple[str, pa.DataType]],
+    now: int,
+    tbname_index: int | None,
+) -> pa.Table:
+    """The window triggers' rows of the triggers view, built column by column (a history run
+    hands over 100,000s): an open window has no end, duration or row count yet."""
+    windows = [t for t in triggers if t["event"] != ON_TIME]
+    groups = [group_of(t) for t in windows]
+    closing = [t["event"] != WINDOW_OPEN for t in windows]
+    ends = [t["wend"] if c else None for t, c in zip(windows, closing, strict=True)]
+    nulls = [None] * len(windows)
+    values: dict[str, list[Any]] = {
+        "__tid": [int(t["id"]) for t in windows],
+        "_twstart": [t["wstart"] for t in windows],
+        "_twend": ends,
+        "_twduration": [None if e is None else e - t["wstart"] for t, e in zip(windows, ends, strict=True)],
+        "_twrownum": [
+            t["row_count"] if c and t["row_count"] is not None and t["row_count"] >= 0 else None
+            for t, c in zip(windows, closing, strict=True)
+        ],
+        "_tgrpid": [g.group_id for g in groups],
+        "_tlocaltime": [int(t.get("fired_at") or now) for t in windows],
+        "__tbname": [str(g.values[tbname_index]) for g in groups] if tbname_index is not None else nulls,
+    }
+    for i, (name, _) in enumerate(_group_types(stream)):
+        values[name] = [g.values[i] for g in groups]
+    return pa.table([pa.array(values.get(name, nulls), dtype) for name, dtype in fields],
+                    names=[name for name, _ in fields])  # fmt: skip
 
 
 def _with_row_counts(
