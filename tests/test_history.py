@@ -11,7 +11,8 @@ from dagster import DagsterRunStatus, RunsFilter
 from sqlalchemy import select
 
 from dagster_tdstream import Session, StreamHarness
-from dagster_tdstream.compute.bulk import LOCAL_ROWS, derive_windows, time_ordered
+from dagster_tdstream.compute import bulk as bulk_module
+from dagster_tdstream.compute.bulk import DRIVER_ISLANDS, LOCAL_ROWS, derive_windows, time_ordered
 from dagster_tdstream.storage.catalog import triggers_table
 from dagster_tdstream.storage.registry import load_stream
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
@@ -92,10 +93,18 @@ def test_a_late_row_merging_two_sessions_retracts_the_vanished_window(session: S
     ]
 
 
-@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
-def test_bulk_state_islands_equal_the_engine_replay(session: Session, spark: object, local_rows: int) -> None:
-    """STATE_WINDOW in bulk (islands found by Spark, replayed per group) against the row replay:
-    NULL states inside and before windows, TRUE_FOR, a child table with no state at all."""
+@pytest.mark.parametrize(
+    ("local_rows", "driver_islands"),
+    [(0, DRIVER_ISLANDS), (0, 0), (LOCAL_ROWS, DRIVER_ISLANDS)],
+    ids=["in-spark-replayed-here", "in-spark-replayed-in-executors", "in-process"],
+)
+def test_bulk_state_islands_equal_the_engine_replay(
+    session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STATE_WINDOW in bulk (islands found by Spark, replayed per group here or, when there
+    are many, in the executors) against the row replay: NULL states inside and before
+    windows, TRUE_FOR, a child table with no state at all."""
+    monkeypatch.setattr(bulk_module, "DRIVER_ISLANDS", driver_islands)
     session.execute(
         "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
         "create table a using st tags (1); create table b using st tags (1); create table c using st tags (2);"

@@ -49,6 +49,7 @@ _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
 _ALL = "__all"  # the single group of a stream without PARTITION BY
 LOCAL_ROWS = 200_000  # trigger tables up to this size are derived in this process
+DRIVER_ISLANDS = 1_000_000  # STATE_WINDOW islands up to this many are replayed in this process
 
 
 @dataclass(frozen=True)
@@ -212,9 +213,17 @@ def derive_windows(
         # STATE_WINDOW: Spark finds the islands of rows in one state (gaps and islands); the
         # state machine replays two changes per island (same windows: ``replay.island_changes``)
         # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
-        islands = _state_islands(frame, list(stream.group_columns) or [_ALL], table.primary_key, trigger.column)
-        udf = _group_islands(trigger, stream.group_columns)
-        result = islands.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
+        names = list(stream.group_columns) or [_ALL]
+        islands = _state_islands(frame, names, table.primary_key, trigger.column)
+        per_group = _group_islands(trigger, stream.group_columns)
+        # few islands (a state lasting many rows, as states do) are replayed here, sparing the
+        # job Spark's Python workers (seconds whatever the size); a state changing on nearly
+        # every row gives as many islands as rows: replayed on the executors instead
+        few = islands.limit(DRIVER_ISLANDS + 1).toArrow()
+        if few.num_rows <= DRIVER_ISLANDS:
+            result = _each_group(few, names, per_group)
+        else:
+            result = islands.groupBy(*columns).applyInArrow(per_group, _OUTPUT_SCHEMA).toArrow()
     else:
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
@@ -243,7 +252,7 @@ def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
 
 
 def _group_islands(trigger: StateTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
-    """The Arrow UDF for STATE_WINDOW: one group's islands (``replay.island_changes``) in."""
+    """STATE_WINDOW: one group's islands (``replay.island_changes``) in, triggers and state out."""
 
     def per_group(data: pa.Table) -> pa.Table:
         names = ("__first", "__last", "__rows", "__value")
