@@ -32,7 +32,7 @@ from ..sql.translate import (
     row_condition,
     translate_select,
 )
-from ..sql.walk import all_expressions, walk
+from ..sql.walk import all_expressions, nested_selects, walk
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, spark_schema, spark_type
 from ..storage.system import SYSTEM_DB, system_schema
@@ -336,9 +336,10 @@ def _reads_tags(stream: StreamDefinition) -> bool:
     nodes = list(all_expressions(query))
     for expr in [*stream.group_exprs.values(), *([pre_filter.expr] if pre_filter and pre_filter.expr else [])]:
         nodes += walk(expr)
-    return bool(tags & set(stream.group_columns)) or any(
-        isinstance(n, ast.Star) or (isinstance(n, ast.Column) and n.name.lower() in tags) for n in nodes
-    )
+    # ``*`` as a select item takes the tags too; ``count(*)``'s does not
+    star = any(isinstance(item.expr, ast.Star) for sub in nested_selects(query) for item in sub.items)
+    named = any(isinstance(n, ast.Column) and n.name.lower() in tags for n in nodes)
+    return star or named or bool(tags & set(stream.group_columns))
 
 
 def _uses(query: ast.Select, name: str) -> bool:
