@@ -3,8 +3,10 @@
 Owns running the trigger state machines over a whole table in one Spark job: the trigger
 table's snapshot is grouped by the stream's PARTITION BY columns and each group's rows go
 through ``triggers.replay`` — the same code the sensor runs incrementally, so the bulk and the
-incremental path cannot disagree on a window. Row windows replay in an Arrow UDF on the
-executors; INTERVAL replays the runs Spark counted (one per group and window) here. The job
+incremental path cannot disagree on a window. Spark does the per-row work where it can:
+INTERVAL's runs (one per group and window) and STATE_WINDOW's islands (runs of rows in one
+state) are found by Spark and replayed here; other row windows replay row by row in an Arrow
+UDF on the executors. The job
 returns what fired plus each group's final state, which becomes the checkpoint the sensor
 continues from. Reads only; writing the outputs is ``run.py``'s and ``output.py``'s.
 """
