@@ -140,26 +140,36 @@ def test_any_batches_of_ordered_rows_give_the_bulk_windows(rows: list[Any], cuts
     assert _incremental(trigger, _split(ordered, cuts)) == _bulk(trigger, ordered)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     stamps=st.lists(st.integers(0, 120), min_size=1, max_size=60),
     interval=st.integers(1, 12),
     sliding=st.integers(1, 12),
     offset=st.integers(0, 11),
-    watermark=st.sampled_from([0, 3]),
+    watermark=st.sampled_from([0, 3, 50]),
     ignore_nodata=st.booleans(),
     opens=st.booleans(),
+    max_delay=st.sampled_from([None, 5]),
 )
 def test_interval_runs_replay_like_rows(
-    stamps: list[int], interval: int, sliding: int, offset: int, watermark: int, ignore_nodata: bool, opens: bool
+    stamps: list[int],
+    interval: int,
+    sliding: int,
+    offset: int,
+    watermark: int,
+    ignore_nodata: bool,
+    opens: bool,
+    max_delay: int | None,
 ) -> None:
     """FILL_HISTORY's INTERVAL path hands the state machine runs of rows sharing their
-    windows (``bucket_changes``), not rows: same triggers, in the same order, same state."""
+    windows (``bucket_changes``), not rows — or, where the state machine adds nothing,
+    computes the windows in one pass over the runs (``interval_history``): same triggers, in
+    the same order, same state."""
 
     sliding = min(sliding, interval)
     spec = IntervalSpec(interval, sliding, offset % sliding)
     events = (WINDOW_OPEN, WINDOW_CLOSE) if opens else (WINDOW_CLOSE,)
-    trigger = WindowTrigger(spec, watermark=watermark, ignore_nodata=ignore_nodata, events=events)
+    trigger = WindowTrigger(spec, watermark=watermark, ignore_nodata=ignore_nodata, events=events, max_delay=max_delay)
     ordered = sorted(stamps)
     runs: dict[tuple[int, int], list[int]] = {}
     for ts in ordered:
@@ -168,6 +178,11 @@ def test_interval_runs_replay_like_rows(
     by_run = replay(trigger, bucket_changes((min(r), max(r), len(r)) for r in runs.values()))
     assert by_run[0] == by_row[0]
     assert by_run[1].to_json() == by_row[1].to_json()
+    assert fast_interval(trigger) is not opens
+    if not opens:
+        one_pass = interval_history(trigger, [(min(r), max(r), len(r)) for r in runs.values()])
+        assert one_pass[0] == by_row[0]
+        assert one_pass[1].to_json() == by_row[1].to_json()
 
 
 @settings(max_examples=300, deadline=None)
@@ -201,39 +216,3 @@ def test_state_islands_replay_like_rows(
     by_island = replay(trigger, island_changes([(first, last, n, s) for first, last, n, s in islands], "s"))
     assert by_island[0] == by_row[0]
     assert by_island[1].to_json() == by_row[1].to_json()
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    stamps=st.lists(st.integers(0, 120), min_size=1, max_size=60),
-    interval=st.integers(1, 12),
-    sliding=st.integers(1, 12),
-    offset=st.integers(0, 11),
-    watermark=st.sampled_from([0, 3, 50]),
-    ignore_nodata=st.booleans(),
-    max_delay=st.sampled_from([None, 5]),
-)
-def test_interval_history_in_one_pass_equals_the_state_machine(
-    stamps: list[int],
-    interval: int,
-    sliding: int,
-    offset: int,
-    watermark: int,
-    ignore_nodata: bool,
-    max_delay: int | None,
-) -> None:
-    """FILL_HISTORY's one-pass INTERVAL windows (``interval_history``) against the state
-    machine replaying the same runs and the rows one by one: same triggers in the same
-    order, same state."""
-    sliding = min(sliding, interval)
-    spec = IntervalSpec(interval, sliding, offset % sliding)
-    trigger = WindowTrigger(spec, watermark=watermark, ignore_nodata=ignore_nodata, max_delay=max_delay)
-    assert fast_interval(trigger)
-    ordered = sorted(stamps)
-    runs: dict[tuple[int, int], list[int]] = {}
-    for ts in ordered:
-        runs.setdefault(spec.bucket(ts), []).append(ts)
-    by_row = replay(trigger, [Change(ts, "insert") for ts in ordered])
-    one_pass = interval_history(trigger, [(min(r), max(r), len(r)) for r in runs.values()])
-    assert one_pass[0] == by_row[0]
-    assert one_pass[1].to_json() == by_row[1].to_json()
