@@ -136,6 +136,46 @@ def test_bulk_state_islands_equal_the_engine_replay(
     assert states['["c"]']["max_ts"] == T + 1000 and not states['["c"]']["open"]
 
 
+@pytest.mark.parametrize(
+    ("local_rows", "driver_islands"),
+    [(0, DRIVER_ISLANDS), (0, 0), (LOCAL_ROWS, DRIVER_ISLANDS)],
+    ids=["in-spark-replayed-here", "in-spark-replayed-in-executors", "in-process"],
+)
+def test_bulk_sessions_equal_the_engine_replay(
+    session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SESSION in bulk (sessions found by Spark, replayed per group) against the row replay,
+    grouped by a tag: two child tables of one group write the same timestamps (counted once,
+    as the trigger counts them); one session longer than the gap from its first row."""
+    monkeypatch.setattr(bulk_module, "DRIVER_ISLANDS", driver_islands)
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (1); create table c using st tags (2);"
+        f"insert into a values ({T}, 1) ({T + 2000}, 1) ({T + 4000}, 1) ({T + 10000}, 1) ({T + 30000}, 1);"
+        f"insert into b values ({T + 2000}, 2) ({T + 5000}, 2) ({T + 20000}, 2);"
+        f"insert into c values ({T}, 3) ({T + 9000}, 3);"
+        "create stream ss session(ts, 3s) from st partition by g stream_options(fill_history) "
+        "into ss_out as select _twstart, count(*) from %%trows"
+    )
+    stream = load_stream(session.warehouse, "d.ss")
+    derived = derive_windows(spark, session.warehouse, stream, local_rows=local_rows)
+    data = session.warehouse.read_table(stream.trigger_table)  # type: ignore[arg-type]
+    expected, states = [], {}
+    for g in (1, 2):
+        _, rows = time_ordered(data.filter(pc.equal(data["g"], g)), "ts", [])
+        fired, state = replay(stream_trigger(stream), rows)
+        expected += [(f"[{g}]", f.event, f.start, f.end, f.row_count) for f in fired]
+        states[f"[{g}]"] = state.to_json()
+    bulk = [(t["group_values"], t["event"], t["wstart"], t["wend"], t["row_count"]) for t in derived.triggers]
+    assert sorted(bulk) == sorted(expected)
+    assert derived.states == states
+    # by hand, group 1: T, T+2s (twice), T+4s, T+5s is one session of 4 timestamps (5 s from its
+    # first row); T+10s alone; T+20s alone; T+30s still open. Group 2: T alone, T+9s open
+    assert sorted(b[2:] for b in bulk) == [
+        (T, T, 1), (T, T + 5000, 4), (T + 10000, T + 10000, 1), (T + 20000, T + 20000, 1)
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("partition", ["tbname", "g"])
 @pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
 def test_bulk_interval_windows_equal_the_engine_replay(

@@ -33,6 +33,7 @@ from dagster_tdstream.triggers.replay import (
     interval_history,
     island_changes,
     replay,
+    session_changes,
 )
 from dagster_tdstream.triggers.rows import (
     CountTrigger,
@@ -214,5 +215,36 @@ def test_state_islands_replay_like_rows(
         else:
             islands.append([ts, ts, 1, carried])
     by_island = replay(trigger, island_changes([(first, last, n, s) for first, last, n, s in islands], "s"))
+    assert by_island[0] == by_row[0]
+    assert by_island[1].to_json() == by_row[1].to_json()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stamps=st.lists(st.integers(0, 120), min_size=1, max_size=60),
+    gap=st.integers(0, 9),
+    true_for=st.sampled_from([None, 0, 4]),
+    opens=st.booleans(),
+    max_delay=st.sampled_from([None, 5]),
+)
+def test_session_islands_replay_like_rows(
+    stamps: list[int], gap: int, true_for: int | None, opens: bool, max_delay: int | None
+) -> None:
+    """FILL_HISTORY's SESSION path hands the state machine islands — runs of rows each within
+    the gap of the one before, as Spark finds them with ``lag`` and a running sum — counting
+    distinct timestamps (a repeated one, two child tables of one group, counts once as in the
+    replay): same triggers, same state."""
+    events = (WINDOW_OPEN, WINDOW_CLOSE) if opens else (WINDOW_CLOSE,)
+    trigger = SessionTrigger(gap=gap, true_for=true_for, events=events, max_delay=max_delay)
+    ordered = sorted(stamps)
+    by_row = replay(trigger, [RowChange(ts, "insert", {}) for ts in ordered])
+    islands: list[list[Any]] = []  # [first, last, distinct timestamps]
+    for ts in ordered:
+        if islands and ts - islands[-1][1] <= gap:
+            islands[-1][2] += ts != islands[-1][1]
+            islands[-1][1] = ts
+        else:
+            islands.append([ts, ts, 1])
+    by_island = replay(trigger, session_changes([(first, last, n) for first, last, n in islands]))
     assert by_island[0] == by_row[0]
     assert by_island[1].to_json() == by_row[1].to_json()

@@ -4,9 +4,9 @@ Owns running the trigger state machines over a whole table in one Spark job: the
 table's snapshot is grouped by the stream's PARTITION BY columns and each group's rows go
 through ``triggers.replay`` — the same code the sensor runs incrementally, so the bulk and the
 incremental path cannot disagree on a window. Spark does the per-row work where it can:
-INTERVAL's runs (one per group and window) and STATE_WINDOW's islands (runs of rows in one
-state) are found by Spark and replayed here; other row windows replay row by row in an Arrow
-UDF on the executors. The job
+INTERVAL's runs (one per group and window) and the islands of STATE_WINDOW (runs of rows in
+one state) and SESSION (runs of rows within the gap) are found by Spark and replayed here;
+EVENT and COUNT windows replay row by row in an Arrow UDF on the executors. The job
 returns what fired plus each group's final state, which becomes the checkpoint the sensor
 continues from. Reads only; writing the outputs is ``run.py``'s and ``output.py``'s.
 """
@@ -43,8 +43,9 @@ from ..triggers.replay import (
     interval_history,
     island_changes,
     replay,
+    session_changes,
 )
-from ..triggers.rows import RowChange, StateTrigger
+from ..triggers.rows import RowChange, SessionTrigger, StateTrigger
 from ..triggers.tick import group_expr_value, group_identities, queue_record
 
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
@@ -211,16 +212,20 @@ def derive_windows(
         # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
         names = list(stream.group_columns) or [_ALL]
         result = _each_group(runs.toArrow(), names, _group_buckets(trigger, stream.group_columns))
-    elif isinstance(trigger, StateTrigger) and admission.pre_filter is None:
-        # STATE_WINDOW: Spark finds the islands of rows in one state (gaps and islands); the
-        # state machine replays two changes per island (same windows: ``replay.island_changes``)
-        # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
+    elif isinstance(trigger, StateTrigger | SessionTrigger) and admission.pre_filter is None:
+        # STATE_WINDOW and SESSION: Spark finds the islands (gaps and islands: rows in one
+        # state, rows within the gap of each other); the state machine replays two changes per
+        # island (same windows: ``replay.island_changes``, ``replay.session_changes``)
         names = list(stream.group_columns) or [_ALL]
-        islands = _state_islands(frame, names, table.primary_key, trigger.column)
+        if isinstance(trigger, StateTrigger):
+            # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
+            islands = _state_islands(frame, names, table.primary_key, trigger.column)
+        else:
+            islands = _sessions(frame, names, table.primary_key, trigger.gap)
         per_group = _group_islands(trigger, stream.group_columns)
-        # few islands (a state lasting many rows, as states do) are replayed here, sparing the
-        # job Spark's Python workers (seconds whatever the size); a state changing on nearly
-        # every row gives as many islands as rows: replayed on the executors instead
+        # few islands (a state or session lasting many rows, as they do) are replayed here,
+        # sparing the job Spark's Python workers (seconds whatever the size); one changing on
+        # nearly every row gives as many islands as rows: replayed on the executors instead
         few = islands.limit(DRIVER_ISLANDS + 1).toArrow()
         if few.num_rows <= DRIVER_ISLANDS:
             result = _each_group(few, names, per_group)
@@ -253,13 +258,37 @@ def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
     )
 
 
-def _group_islands(trigger: StateTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
-    """STATE_WINDOW: one group's islands (``replay.island_changes``) in, triggers and state out."""
+def _sessions(frame: Any, groups: list[str], pk: str, gap: int) -> Any:
+    """Each group's sessions: maximal runs of rows, in time order, each within ``gap`` of the
+    one before, as (first, last, distinct timestamps: a timestamp several child tables of the
+    group share counts once, as in the trigger). A session starts where the time since the
+    row before exceeds the gap; a running sum numbers them."""
+    from pyspark.sql import functions as F
+
+    ts, over = f"`{pk}`", f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
+    starts = f"CASE WHEN coalesce({ts} - lag({ts}) {over}), {gap} + 1) > {gap} THEN 1 ELSE 0 END"
+    frame = frame.withColumn("__start", F.expr(starts))
+    frame = frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
+    return frame.groupBy(*groups, "__island").agg(
+        F.min(F.col(ts)).alias("__first"),
+        F.max(F.col(ts)).alias("__last"),
+        F.countDistinct(F.col(ts)).alias("__rows"),
+    )
+
+
+def _group_islands(
+    trigger: StateTrigger | SessionTrigger, group_columns: tuple[str, ...]
+) -> Callable[[pa.Table], pa.Table]:
+    """STATE_WINDOW or SESSION: one group's islands in, its triggers and state out."""
 
     def per_group(data: pa.Table) -> pa.Table:
-        names = ("__first", "__last", "__rows", "__value")
-        islands = zip(*(data.column(c).to_pylist() for c in names), strict=True)
-        fired, state = replay(trigger, island_changes(islands, trigger.column))
+        first, last, rows = (data.column(c).to_pylist() for c in ("__first", "__last", "__rows"))
+        if isinstance(trigger, StateTrigger):
+            states = zip(first, last, rows, data.column("__value").to_pylist(), strict=True)
+            changes = island_changes(states, trigger.column)
+        else:
+            changes = session_changes(zip(first, last, rows, strict=True))
+        fired, state = replay(trigger, changes)
         return _output(_group_key(data, group_columns), fired, state)
 
     return per_group

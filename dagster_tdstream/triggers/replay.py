@@ -116,6 +116,20 @@ def fast_interval(trigger: EventTimeTrigger) -> bool:
     )
 
 
+def session_changes(islands: Iterable[tuple[int, int, int]]) -> list[RowChange]:
+    """A SESSION group's in-order rows handed over as islands: maximal runs of rows each
+    within the gap of the one before (first row time, last row time, distinct timestamps —
+    a timestamp seen again in a group of several child tables counts once, as in the row
+    replay). Each island is its first row and one change at its last row continuing the
+    session for the others: the same windows and state as the rows one by one."""
+    changes = []
+    for first, last, rows in sorted(islands):
+        changes.append(RowChange(first, "insert", {}))
+        if rows > 1:
+            changes.append(RowChange(last, "insert", {}, rows - 1, continues=True))
+    return changes
+
+
 def island_changes(islands: Iterable[tuple[int, int, int, Any]], column: str) -> list[RowChange]:
     """A STATE_WINDOW group's in-order rows handed over as islands: maximal runs of rows whose
     state — a NULL taking the state before it — stays the same, each as (first row time, last

@@ -25,9 +25,12 @@ class RowChange:
     ts: int
     kind: str  # insert | update | delete
     values: dict[str, Any]
-    # the rows this change stands for: STATE_WINDOW's bulk path hands over an island of rows
-    # in one state as its first row and one change at its last row for the others
+    # the rows this change stands for: the bulk paths hand over an island of rows (in one
+    # state, or one session) as its first row and one change at its last row for the others
     weight: int = 1
+    # that last change: it continues the open window whatever lies between (a session's
+    # rows are each within the gap of the one before, not of the island's first)
+    continues: bool = False
 
 
 @dataclass
@@ -154,8 +157,8 @@ class SessionTrigger(RowWindowTrigger):
     gap: int = 0
 
     def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
-        if state.open and change.ts - state.last <= self.gap:
-            state.last, state.count = change.ts, state.count + 1
+        if state.open and (change.continues or change.ts - state.last <= self.gap):
+            state.last, state.count = change.ts, state.count + change.weight
             return
         if state.open:
             self.close(state, fired, {})
