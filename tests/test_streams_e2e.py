@@ -605,3 +605,30 @@ def test_a_run_reads_the_tags_its_query_or_pre_filter_names_and_skips_them_other
         ("a", T, 2, 3),
         ("b", T, 1, 10),
     ]
+
+
+@pytest.mark.parametrize("file_rows", [0, 10**9], ids=["as-a-file", "in-the-plan"])
+def test_a_runs_triggers_reach_spark_as_a_file_or_in_the_plan_alike(
+    session: Session, harness: StreamHarness, monkeypatch: pytest.MonkeyPatch, file_rows: int
+) -> None:
+    """A batch of many triggers goes to Spark as a Parquet file in the warehouse (removed when
+    the run ends), a few in the query plan: the same results either way."""
+    from dagster_tdstream.storage import spark_read
+    from dagster_tdstream.storage.delta import local_path
+
+    monkeypatch.setattr(spark_read, "FILE_ROWS", file_rows)
+    session.execute(
+        SCHEMA + "create table a using st tags (1); create table b using st tags (2);"
+        "create stream f interval(5s) sliding(5s) from st partition by tbname into f_out "
+        "as select _twstart, _twend, _twrownum, count(*) n, sum(v) s from %%trows"
+    )
+    session.execute(f"insert into a values ({T}, 1) ({T + 1000}, 2) ({T + 11000}, 3) b values ({T + 6000}, 10)")
+    session.execute(f"insert into b values ({T + 12000}, 20)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select tag_tbname, _c0, _twend, _twrownum, n, s from f_out order by 1, 2") == [
+        ("a", T, T + 5000, 2, 2, 3),
+        ("a", T + 5000, T + 10000, 0, 0, None),
+        ("b", T + 5000, T + 10000, 1, 1, 10),
+    ]
+    folder = local_path(session.warehouse.uri) / spark_read.SPARK_ROWS_DIR
+    assert folder.exists() is (file_rows == 0) and not any(folder.glob("*"))  # used, then removed

@@ -34,7 +34,7 @@ from ..sql.translate import (
 )
 from ..sql.walk import all_expressions, nested_selects, walk
 from ..storage.registry import StreamDefinition
-from ..storage.spark_read import SparkViews, spark_schema, spark_type
+from ..storage.spark_read import SparkViews, spark_schema
 from ..storage.system import SYSTEM_DB, system_schema
 from ..storage.types import arrow_type, float32_value
 from ..storage.warehouse import Warehouse
@@ -104,7 +104,7 @@ def compute_triggers(
     computable = [t for t in triggers if t["event"] in events]
     views = SparkViews(spark, warehouse, stream.db)
     try:
-        triggers_view = views.register(_triggers_frame(spark, stream, computable, clock), "triggers")
+        triggers_view = views.register_rows(_triggers_rows(stream, computable, clock), "triggers")
         trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
         trigger = stream_trigger(stream)
         label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
@@ -362,11 +362,8 @@ def _group_types(stream: StreamDefinition) -> list[tuple[str, pa.DataType]]:
     return types
 
 
-def _triggers_frame(
-    spark: Any, stream: StreamDefinition, triggers: Sequence[dict[str, Any]], clock: Callable[[], int]
-) -> Any:
-    from pyspark.sql import types as T
-
+def _triggers_rows(stream: StreamDefinition, triggers: Sequence[dict[str, Any]], clock: Callable[[], int]) -> pa.Table:
+    """The triggers view's rows: one per trigger, its placeholders and group values."""
     group_types = _group_types(stream)
     tbname_index = stream.group_columns.index("tbname") if "tbname" in stream.group_columns else None
     now = clock()
@@ -402,9 +399,7 @@ def _triggers_frame(
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
     points = pa.table([pa.array(values, dtype) for values, (_, dtype) in zip(columns, fields, strict=True)],
                       names=[name for name, _ in fields])  # fmt: skip
-    table = pa.concat_tables([points, _window_triggers(stream, triggers, fields, now, tbname_index)])
-    schema = T.StructType([T.StructField(name, spark_type(dtype), True) for name, dtype in fields])
-    return spark.createDataFrame(table, schema)
+    return pa.concat_tables([points, _window_triggers(stream, triggers, fields, now, tbname_index)])
 
 
 def _window_triggers(

@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import itertools
 import re
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import CatalogError
 from ..sql.ast import QualifiedName
 from ..sql.translate import SourceTable
 from .catalog import TableInfo
+from .delta import is_local, local_path
 from .system import SYSTEM_DB, system_schema, system_table
 from .types import arrow_schema, arrow_type
 from .warehouse import Warehouse
 
 IN_LIST_LIMIT = 10_000  # child tables named in a filter; more are semi-joined
+FILE_ROWS = 50_000  # rows of this process handed to Spark as a Parquet file from this many
+SPARK_ROWS_DIR = "_spark_rows"  # in a local warehouse: those files, while a query reads them
 
 
 def spark_type(arrow: pa.DataType) -> Any:
@@ -150,6 +156,7 @@ class SparkViews:
         self._views: dict[str, SourceTable] = {}
         self._pending: dict[str, Callable[[], Any]] = {}  # view → its frame, not registered yet
         self._registered: list[str] = []
+        self._files: list[Path] = []  # rows handed to Spark as Parquet, removed by ``close``
 
     def resolve(self, name: QualifiedName) -> SourceTable:
         db = (name.db or self.default_db or "").lower()
@@ -212,6 +219,20 @@ class SparkViews:
         """Register any DataFrame (e.g. the triggers of a run) and return its view name."""
         return self.register_as(frame, f"__{prefix}_{next(self._counter)}")
 
+    def register_rows(self, rows: pa.Table, prefix: str) -> str:
+        """Register rows of this process (e.g. a run's triggers) as a view. Many rows go to
+        Spark as a Parquet file in a local warehouse, which it reads like a table: handed over
+        in the query plan, 833,000 rows cost Spark Connect 4 s to take in, as a file 0.2 s."""
+        schema = spark_schema(rows.schema)
+        if rows.num_rows < FILE_ROWS or not is_local(self.warehouse.uri):
+            return self.register(self.spark.createDataFrame(rows, schema), prefix)
+        folder = local_path(self.warehouse.uri) / SPARK_ROWS_DIR
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{prefix}-{uuid.uuid4().hex}.parquet"
+        self._files.append(path)
+        pq.write_table(rows, path)
+        return self.register(self.spark.read.schema(schema).parquet(str(path)), prefix)
+
     def register_as(self, frame: Any, view: str) -> str:
         """Register a DataFrame under a name the query translator chose."""
         self._create(frame, view)
@@ -231,3 +252,6 @@ class SparkViews:
         self._registered.clear()
         self._views.clear()
         self._pending.clear()
+        for path in self._files:
+            path.unlink(missing_ok=True)
+        self._files.clear()
