@@ -4,6 +4,7 @@ Spark bulk path giving the same windows as the incremental engine."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow.compute as pc
 import pytest
@@ -14,7 +15,7 @@ from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.compute import bulk as bulk_module
 from dagster_tdstream.compute.bulk import DRIVER_ISLANDS, LOCAL_ROWS, derive_windows, time_ordered
 from dagster_tdstream.storage.catalog import triggers_table
-from dagster_tdstream.storage.registry import load_stream
+from dagster_tdstream.storage.registry import StreamDefinition, load_stream
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
 from dagster_tdstream.triggers.plan import stream_trigger
 from dagster_tdstream.triggers.replay import replay
@@ -93,11 +94,47 @@ def test_a_late_row_merging_two_sessions_retracts_the_vanished_window(session: S
     ]
 
 
-@pytest.mark.parametrize(
+def _replayed(session: Session, stream: StreamDefinition, column: str, read: list[str]) -> tuple[list[Any], dict]:
+    """The row-by-row replay of each group (the trigger table's rows by ``column``, in time
+    order): its triggers as (group, event, start, end, rows, detail) and its final state."""
+    data = session.warehouse.read_table(stream.trigger_table)  # type: ignore[arg-type]
+    expected: list[Any] = []
+    states: dict[str, Any] = {}
+    for key in sorted(set(data.column(column).to_pylist())):
+        _, rows = time_ordered(data.filter(pc.equal(data[column], key)), "ts", read)
+        fired, state = replay(stream_trigger(stream), rows)
+        group = json.dumps([key])
+        expected += [(group, f.event, f.start, f.end, f.row_count, f.detail) for f in fired]
+        states[group] = state.to_json()
+    return expected, states
+
+
+# the bulk paths of islands: found by Spark and replayed here or in the executors, or all here
+ISLAND_PATHS = pytest.mark.parametrize(
     ("local_rows", "driver_islands"),
     [(0, DRIVER_ISLANDS), (0, 0), (LOCAL_ROWS, DRIVER_ISLANDS)],
     ids=["in-spark-replayed-here", "in-spark-replayed-in-executors", "in-process"],
 )
+
+
+def _bulk_as_replayed(
+    session: Session, spark: object, key: str, column: str, read: list[str], **options: Any
+) -> tuple[list[Any], dict[str, Any]]:
+    """The stream's bulk derivation (``options``: derive_windows's), checked against the row
+    replay of each group (``_replayed``): its triggers in that form and its final states."""
+    stream = load_stream(session.warehouse, key)
+    derived = derive_windows(spark, session.warehouse, stream, **options)
+    expected, states = _replayed(session, stream, column, read)
+    bulk = [
+        (t["group_values"], t["event"], t["wstart"], t["wend"], t["row_count"], json.loads(t["detail"]))
+        for t in derived.triggers
+    ]
+    assert sorted(bulk, key=str) == sorted(expected, key=str)
+    assert derived.states == states
+    return bulk, states
+
+
+@ISLAND_PATHS
 def test_bulk_state_islands_equal_the_engine_replay(
     session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,32 +152,14 @@ def test_bulk_state_islands_equal_the_engine_replay(
         "create stream sw state_window(s) true_for(2s) from st partition by tbname stream_options(fill_history) "
         "into sw_out as select _twstart, count(*) from %%trows"
     )
-    stream = load_stream(session.warehouse, "d.sw")
-    derived = derive_windows(spark, session.warehouse, stream, local_rows=local_rows)
-    data = session.warehouse.read_table(stream.trigger_table)  # type: ignore[arg-type]
-    expected, states = [], {}
-    for name in "abc":
-        _, rows = time_ordered(data.filter(pc.equal(data["tbname"], name)), "ts", ["s"])
-        fired, state = replay(stream_trigger(stream), rows)
-        expected += [(f'["{name}"]', f.event, f.start, f.end, f.row_count, f.detail) for f in fired]
-        states[f'["{name}"]'] = state.to_json()
-    bulk = [
-        (t["group_values"], t["event"], t["wstart"], t["wend"], t["row_count"], json.loads(t["detail"]))
-        for t in derived.triggers
-    ]
-    assert sorted(bulk, key=str) == sorted(expected, key=str)
-    assert derived.states == states
+    bulk, states = _bulk_as_replayed(session, spark, "d.sw", "tbname", ["s"], local_rows=local_rows)
     # by hand: a's 1 at T+1s..T+3s (3 rows, a NULL inside) and 2 at T+4s..T+7s (3 rows, 3 s)
     # close; b's windows last under 2 s (TRUE_FOR); c never has a state
     assert sorted(b[2:5] for b in bulk) == [(T + 1000, T + 3000, 3), (T + 4000, T + 7000, 3)]
     assert states['["c"]']["max_ts"] == T + 1000 and not states['["c"]']["open"]
 
 
-@pytest.mark.parametrize(
-    ("local_rows", "driver_islands"),
-    [(0, DRIVER_ISLANDS), (0, 0), (LOCAL_ROWS, DRIVER_ISLANDS)],
-    ids=["in-spark-replayed-here", "in-spark-replayed-in-executors", "in-process"],
-)
+@ISLAND_PATHS
 def test_bulk_sessions_equal_the_engine_replay(
     session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,21 +176,10 @@ def test_bulk_sessions_equal_the_engine_replay(
         "create stream ss session(ts, 3s) from st partition by g stream_options(fill_history) "
         "into ss_out as select _twstart, count(*) from %%trows"
     )
-    stream = load_stream(session.warehouse, "d.ss")
-    derived = derive_windows(spark, session.warehouse, stream, local_rows=local_rows)
-    data = session.warehouse.read_table(stream.trigger_table)  # type: ignore[arg-type]
-    expected, states = [], {}
-    for g in (1, 2):
-        _, rows = time_ordered(data.filter(pc.equal(data["g"], g)), "ts", [])
-        fired, state = replay(stream_trigger(stream), rows)
-        expected += [(f"[{g}]", f.event, f.start, f.end, f.row_count) for f in fired]
-        states[f"[{g}]"] = state.to_json()
-    bulk = [(t["group_values"], t["event"], t["wstart"], t["wend"], t["row_count"]) for t in derived.triggers]
-    assert sorted(bulk) == sorted(expected)
-    assert derived.states == states
+    bulk, _ = _bulk_as_replayed(session, spark, "d.ss", "g", [], local_rows=local_rows)
     # by hand, group 1: T, T+2s (twice), T+4s, T+5s is one session of 4 timestamps (5 s from its
     # first row); T+10s alone; T+20s alone; T+30s still open. Group 2: T alone, T+9s open
-    assert sorted(b[2:] for b in bulk) == [
+    assert sorted(b[2:5] for b in bulk) == [
         (T, T, 1), (T, T + 5000, 4), (T + 10000, T + 10000, 1), (T + 20000, T + 20000, 1)
     ]  # fmt: skip
 
@@ -195,30 +203,17 @@ def test_bulk_interval_windows_equal_the_engine_replay(
         f"create stream iv interval(2s) sliding(1s) from st partition by {partition} stream_options(fill_history) "
         "into iv_out as select _twstart, count(*) from %%trows"
     )
-    stream = load_stream(session.warehouse, "d.iv")
     version = session.warehouse.delta.latest_version("d", "st")
     session.execute("drop table gone")
-    derived = derive_windows(spark, session.warehouse, stream, version=version, local_rows=local_rows)
-    data = session.warehouse.read_table(stream.trigger_table).to_pylist()  # type: ignore[arg-type]
-    assert {r["tbname"] for r in data} == {"a", "b", "c"}
-    expected, states = [], {}
-    keys = sorted({r[partition] for r in data})
-    for key in keys:
-        rows = [RowChange(r["ts"], "insert", {}) for r in data if r[partition] == key]
-        fired, state = replay(stream_trigger(stream), rows)
-        group = json.dumps([key])
-        expected += [(group, f.event, f.start, f.end, f.row_count) for f in fired]
-        states[group] = state.to_json()
-    bulk = [(t["group_values"], t["event"], t["wstart"], t["wend"], t["row_count"]) for t in derived.triggers]
-    assert sorted(bulk) == sorted(expected)
-    assert derived.states == states
+    bulk, states = _bulk_as_replayed(session, spark, "d.iv", partition, [], version=version, local_rows=local_rows)
+    assert set(states) == ({'["a"]', '["b"]', '["c"]'} if partition == "tbname" else {"[1]", "[2]"})
     # by hand, group a (tbname) or 1 (tag): windows [T-1s, T+1s) … closed up to T+9.1s - 2s
     if partition == "tbname":
-        assert [b[2:] for b in sorted(bulk) if b[0] == '["a"]'][:3] == [
+        assert [b[2:5] for b in sorted(bulk, key=str) if b[0] == '["a"]'][:3] == [
             (T - 1000, T + 1000, 1), (T, T + 2000, 2), (T + 1000, T + 3000, 2)
         ]  # fmt: skip
     else:  # a and b together: T, T+0.5s and T+1.5s in [T, T+2s)
-        assert (T, T + 2000, 3) in [b[2:] for b in bulk if b[0] == "[1]"]
+        assert (T, T + 2000, 3) in [b[2:5] for b in bulk if b[0] == "[1]"]
 
 
 @pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
