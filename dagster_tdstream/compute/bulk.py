@@ -52,7 +52,7 @@ _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
 _ALL = "__all"  # the single group of a stream without PARTITION BY
 LOCAL_ROWS = 200_000  # trigger tables up to this size are derived in this process
-DRIVER_ISLANDS = 1_000_000  # STATE_WINDOW islands up to this many are replayed in this process
+DRIVER_ISLANDS = 1_000_000  # STATE_WINDOW / SESSION islands up to this many are replayed in this process
 
 
 @dataclass(frozen=True)
@@ -195,9 +195,10 @@ def derive_windows(
         ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
         sql = dict(zip(stream.group_columns, group_column_sql(stream, source, ctx), strict=True))
         frame = frame.alias("d").select("*", *[F.expr(sql[name]).alias(name) for name in stream.group_exprs])
-    columns = [F.col(f"`{name}`") for name in stream.group_columns]
-    if not columns:
-        frame, columns = frame.withColumn(_ALL, F.lit(0)), [F.col(_ALL)]
+    names = list(stream.group_columns) or [_ALL]
+    if not stream.group_columns:
+        frame = frame.withColumn(_ALL, F.lit(0))
+    columns = [F.col(f"`{name}`") for name in names]
     if isinstance(trigger, WindowTrigger) and admission.pre_filter is None:
         # INTERVAL: Spark counts the rows of each run sharing its windows; the state machine
         # replays runs, not rows (same windows and state: ``replay.bucket_changes``)
@@ -210,13 +211,11 @@ def derive_windows(
         )
         # a run per (group, window) at most: few enough to replay here, which spares the
         # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
-        names = list(stream.group_columns) or [_ALL]
         result = _each_group(runs.toArrow(), names, _group_buckets(trigger, stream.group_columns))
     elif isinstance(trigger, StateTrigger | SessionTrigger) and admission.pre_filter is None:
         # STATE_WINDOW and SESSION: Spark finds the islands (gaps and islands: rows in one
         # state, rows within the gap of each other); the state machine replays two changes per
         # island (same windows: ``replay.island_changes``, ``replay.session_changes``)
-        names = list(stream.group_columns) or [_ALL]
         if isinstance(trigger, StateTrigger):
             # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
             islands = _state_islands(frame, names, table.primary_key, trigger.column)
@@ -237,43 +236,52 @@ def derive_windows(
     return _derived(warehouse, stream, result)
 
 
-def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
-    """Each group's islands: maximal runs of rows, in time order, whose state — a NULL taking
-    the state before it, as in the trigger — stays the same, as (first, last, rows, state).
-    An island starts at a row whose state differs from the last state before it (``lag …
-    IGNORE NULLS``); the rows before a group's first state are one island with a NULL state
-    (the trigger skips them, but they move its event time). Two window functions over one
+def _islands(frame: Any, groups: list[str], pk: str, starts: Callable[[str], str], *measures: Any) -> Any:
+    """Each group's islands of rows in time order, as (first, last, ``measures``…): an island
+    starts at a row where ``starts`` (SQL given the window clause ``OVER (PARTITION BY groups
+    ORDER BY pk``, to close) is 1, a running sum numbers them — two window functions over one
     sort, as a hand-written gaps-and-islands query."""
     from pyspark.sql import functions as F
 
-    state, over = f"`{column}`", f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
-    starts = f"CASE WHEN {state} IS NOT NULL AND NOT ({state} <=> lag({state}) IGNORE NULLS {over})) THEN 1 ELSE 0 END"
-    frame = frame.withColumn("__start", F.expr(starts))
+    over = f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
+    frame = frame.withColumn("__start", F.expr(starts(over)))
     frame = frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
     return frame.groupBy(*groups, "__island").agg(
-        F.min(F.col(f"`{pk}`")).alias("__first"),
-        F.max(F.col(f"`{pk}`")).alias("__last"),
-        F.count(F.lit(1)).alias("__rows"),
-        F.first(F.col(state), ignorenulls=True).alias("__value"),
+        F.min(F.col(f"`{pk}`")).alias("__first"), F.max(F.col(f"`{pk}`")).alias("__last"), *measures
     )
+
+
+def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
+    """STATE_WINDOW's islands: maximal runs of rows whose state — a NULL taking the state
+    before it, as in the trigger — stays the same, as (first, last, rows, state). An island
+    starts at a row whose state differs from the last state before it (``lag … IGNORE
+    NULLS``); the rows before a group's first state are one island with a NULL state (the
+    trigger skips them, but they move its event time)."""
+    from pyspark.sql import functions as F
+
+    state = f"`{column}`"
+
+    def starts(over: str) -> str:
+        changed = f"NOT ({state} <=> lag({state}) IGNORE NULLS {over}))"
+        return f"CASE WHEN {state} IS NOT NULL AND {changed} THEN 1 ELSE 0 END"
+
+    rows, value = F.count(F.lit(1)).alias("__rows"), F.first(F.col(state), ignorenulls=True).alias("__value")
+    return _islands(frame, groups, pk, starts, rows, value)
 
 
 def _sessions(frame: Any, groups: list[str], pk: str, gap: int) -> Any:
-    """Each group's sessions: maximal runs of rows, in time order, each within ``gap`` of the
-    one before, as (first, last, distinct timestamps: a timestamp several child tables of the
-    group share counts once, as in the trigger). A session starts where the time since the
-    row before exceeds the gap; a running sum numbers them."""
+    """SESSION's islands: maximal runs of rows each within ``gap`` of the one before, as
+    (first, last, distinct timestamps: a timestamp several child tables of the group share
+    counts once, as in the trigger). A session starts where the time since the row before
+    exceeds the gap."""
     from pyspark.sql import functions as F
 
-    ts, over = f"`{pk}`", f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
-    starts = f"CASE WHEN coalesce({ts} - lag({ts}) {over}), {gap} + 1) > {gap} THEN 1 ELSE 0 END"
-    frame = frame.withColumn("__start", F.expr(starts))
-    frame = frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
-    return frame.groupBy(*groups, "__island").agg(
-        F.min(F.col(ts)).alias("__first"),
-        F.max(F.col(ts)).alias("__last"),
-        F.countDistinct(F.col(ts)).alias("__rows"),
-    )
+    ts = f"`{pk}`"
+
+    def starts(over: str) -> str:
+        return f"CASE WHEN coalesce({ts} - lag({ts}) {over}), {gap} + 1) > {gap} THEN 1 ELSE 0 END"
+
+    return _islands(frame, groups, pk, starts, F.countDistinct(F.col(ts)).alias("__rows"))
 
 
 def _group_islands(
