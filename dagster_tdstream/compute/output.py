@@ -272,8 +272,8 @@ def write_results(
         if data.num_rows == 0:
             return WriteOutcome(0, None, ())  # the output table appears with its first result
         info = _create_output(warehouse, stream, columns, data, source_types)
-    result = result.filter(pc.is_valid(result.column(0)))  # TDengine drops a result whose key is NULL
-    data = result.drop_columns(["__tid"])
+    kept = pc.is_valid(data.column(0))  # TDengine drops a result whose primary key is NULL
+    data = data.filter(kept)
     arrays = []
     for column, definition, values in zip(columns, info.columns, data.columns, strict=True):
         if column.is_timestamp and pa.types.is_floating(values.type):
@@ -282,13 +282,12 @@ def write_results(
             values = values.cast(pa.int64(), safe=False)
         arrays.append(coerce_array(values, definition.type, definition.name, computed=True))
     rows = pa.table(arrays, schema=arrow_schema(info.columns, with_tbname=False))
-    tids = result.column("__tid").to_pylist()
-    child_of_group: dict[Group, str] = {}  # a batch's triggers share few groups: each named once
-    for tid in dict.fromkeys(tids):
-        group = groups[tid]
-        if group not in child_of_group:
-            child_of_group[group] = child_table_name(stream, group) if info.kind != "normal" else info.name
-    names = [child_of_group[groups[tid]] for tid in tids]
+    row_groups = [groups[tid] for tid in result.column("__tid").filter(kept).to_pylist()]
+    child_of_group = {  # a batch's triggers share few groups: each named once
+        group: child_table_name(stream, group) if info.kind != "normal" else info.name
+        for group in dict.fromkeys(row_groups)
+    }
+    names = [child_of_group[group] for group in row_groups]
     new_children = _new_children(warehouse, stream, info, child_of_group)
     if info.kind != "normal":  # one batch of the super table: each row names its child table
         rows = rows.add_column(0, pa.field("tbname", pa.string(), nullable=False), pa.array(names, pa.string()))

@@ -399,13 +399,14 @@ def _triggers_rows(stream: StreamDefinition, triggers: Sequence[dict[str, Any]],
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
     points = pa.table([pa.array(values, dtype) for values, (_, dtype) in zip(columns, fields, strict=True)],
                       names=[name for name, _ in fields])  # fmt: skip
-    return pa.concat_tables([points, _window_triggers(stream, triggers, fields, now, tbname_index)])
+    windows = _window_triggers(triggers, fields, [name for name, _ in group_types], now, tbname_index)
+    return pa.concat_tables([points, windows])
 
 
 def _window_triggers(
-    stream: StreamDefinition,
     triggers: Sequence[dict[str, Any]],
     fields: list[tuple[str, pa.DataType]],
+    group_names: list[str],
     now: int,
     tbname_index: int | None,
 ) -> pa.Table:
@@ -429,7 +430,7 @@ def _window_triggers(
         "_tlocaltime": [int(t.get("fired_at") or now) for t in windows],
         "__tbname": [str(g.values[tbname_index]) for g in groups] if tbname_index is not None else nulls,
     }
-    for i, (name, _) in enumerate(_group_types(stream)):
+    for i, name in enumerate(group_names):
         values[name] = [g.values[i] for g in groups]
     return pa.table([pa.array(values.get(name, nulls), dtype) for name, dtype in fields],
                     names=[name for name, _ in fields])  # fmt: skip

@@ -204,15 +204,15 @@ def coerce_array(
     checks: numbers, booleans and strings whole-column in Arrow; anything else, or a column a
     check fails on, value by value (so the error names the value as ``coerce`` does)."""
     array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    fast = _coerced_in_arrow(array, array.type, dtype, computed)
+    fast = _coerced_in_arrow(array, dtype, computed)
     if fast is not None:
         return fast
     return pa.array([coerce(v, dtype, column, computed=computed) for v in array.to_pylist()], type=arrow_type(dtype))
 
 
-def _coerced_in_arrow(array: pa.Array, kind: pa.DataType, dtype: DataType, computed: bool) -> pa.Array | None:
+def _coerced_in_arrow(array: pa.Array, dtype: DataType, computed: bool) -> pa.Array | None:
     """``coerce_array``'s whole-column conversions; None where a value needs ``coerce``."""
-    name = dtype.name
+    name, kind = dtype.name, array.type
     numeric = pa.types.is_integer(kind) or pa.types.is_boolean(kind)
     if name in _INT_RANGES and (numeric or pa.types.is_floating(kind)):
         if pa.types.is_floating(kind):
