@@ -4,6 +4,7 @@ function list staying current."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -256,6 +257,54 @@ def test_leastsquares(session: Session) -> None:
     # y against x = 1, 2, 3, 4 (the NULL row is skipped): y = 2x + 1
     assert output(session, "select leastsquares(y, 1, 1) from p") == [("{slop:2.000000, intercept:1.000000}",)]
     assert output(session, f"select leastsquares(y, 1, 1) from p where ts = {T}") == [(None,)]  # one point: no line
+
+
+def test_twa_interpolates_to_interval_window_bounds(session: Session) -> None:
+    """In an INTERVAL window twa() draws the line to the window's start from the row before it
+    and to its last instant (end - 1) from the row after it, where the window's own row is not
+    there already and both rows have a value; the rows are those the WHERE keeps, per timeline."""
+    session.execute(
+        "create database d; use d; create table s (ts timestamp, v int);"
+        f"insert into s values ({T}, 5) ({T + 1000}, 7) ({T + 2000}, NULL) ({T + 3000}, 8) ({T + 4000}, 2) "
+        f"({T + 5000}, 9) ({T + 6000}, 10)"
+    )
+
+    def twa(*points: tuple[int, float]) -> float:
+        area = sum((a[1] + b[1]) / 2 * (b[0] - a[0]) for a, b in itertools.pairwise(points))
+        return area / (points[-1][0] - points[0][0])
+
+    rows = output(session, "select _wstart, twa(v) from s interval(2s)")
+    assert [r[0] for r in rows] == [T, T + 2000, T + 4000, T + 6000]
+    assert [r[1] for r in rows] == pytest.approx([
+        6.0,  # no end point: the row after the window is NULL
+        twa((3000, 8), (3999, 8 - 6 * 0.999)),  # its first row is NULL: no start point
+        twa((4000, 2), (5000, 9), (5999, 9 + 0.999)),
+        10.0,  # no row after the last window
+    ])  # fmt: skip
+    # windows offset by 500 ms: the start point comes from the row before the window
+    rows = output(session, "select _wstart, twa(v) from s interval(2s, 500a)")
+    assert rows[0] == (T - 1500, pytest.approx(twa((0, 5), (499, 5 + 2 * 0.499))))
+    assert rows[1] == (T + 500, pytest.approx(twa((500, 6), (1000, 7))))
+    # the WHERE's rows only: the row at T is not there to interpolate from
+    assert output(session, f"select _wstart, twa(v) from s where ts > {T} interval(2s, 500a)")[0] == (T + 500, 7.0)
+    # without a window: the values alone, as before
+    ((whole,),) = output(session, "select twa(v) from s")
+    assert whole == pytest.approx(41 / 6)
+    # each child table is a timeline of its own
+    session.execute(
+        "create stable m (ts timestamp, v double) tags (g int); create table c1 using m tags (1);"
+        f"create table c2 using m tags (2); insert into c1 values ({T + 1000}, 1) ({T + 3000}, 3)"
+        f" c2 values ({T + 1500}, 100) ({T + 2500}, 200)"
+    )
+    rows = output(
+        session, "select tbname, _wstart, twa(v) from m partition by tbname interval(2s) order by tbname, _wstart"
+    )
+    assert rows == [
+        ("c1", T, pytest.approx(twa((1000, 1), (1999, 1 + 2 * 0.999 / 2)))),
+        ("c1", T + 2000, pytest.approx(twa((2000, 2), (3000, 3)))),
+        ("c2", T, pytest.approx(twa((1500, 100), (1999, 100 + 100 * 0.499)))),
+        ("c2", T + 2000, pytest.approx(twa((2000, 100 + 100 * 0.5), (2500, 200)))),
+    ]
 
 
 def test_state_functions_twa_and_histogram(session: Session) -> None:

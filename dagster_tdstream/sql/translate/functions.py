@@ -116,7 +116,9 @@ AGGREGATES: dict[str, str] = {
     " '{slop:a, intercept:b}'",
     "irate": "the rate per second between the last two non-NULL values (after a decrease: the last value)",
     "twa": "time-weighted average: the area under the line through the non-NULL values in time order"
-    " (trapezoids) over the time they span; one row: its value (no interpolation to window bounds)",
+    " (trapezoids) over the time they span; one row: its value. In a query's INTERVAL windows the line"
+    " first reaches the window's start and last instant (end - 1), interpolated from the rows before and"
+    " after the window (the WHERE's rows, per timeline) where both have a value, as TDengine does",
     "histogram": "histogram(expr, 'user_input'|'linear_bin'|'log_bin', bins, 0|1): one row per bin"
     ' (lower, upper], as \'{"lower_bin":l, "upper_bin":u, "count":n}\'; 1 normalises the counts',
 }

@@ -48,6 +48,7 @@ class Renderer:
         self.aggregates: dict[str, str | None] = {}  # each aggregate's SQL → its value over no rows
         # nodes a later stage has computed already (INTERP's values and points): their columns
         self.replaced: dict[ast.Expr, Typed] = {}
+        self.neighbours: dict[str, tuple[str, str]] = {}  # twa()'s value → its neighbour columns
         self.now = ctx.now_ns // PRECISIONS[scope.precision] if ctx.now_ns else now_in(scope.precision)
 
     def _query_range(self, name: str) -> Typed:
@@ -604,7 +605,7 @@ class Renderer:
     def _points(self, value_sql: str, *, newest_first: bool) -> str:
         """The group's non-NULL values as (t, v) structs sorted by time: an aggregate over
         the whole group, for functions that need the values in order (irate, leastsquares)."""
-        pair = f"struct({self.scope.pk} AS t, CAST({value_sql} AS DOUBLE) AS v)"
+        pair = f"struct(CAST({self.scope.pk} AS BIGINT) AS t, CAST({value_sql} AS DOUBLE) AS v)"
         collected = f"collect_list(CASE WHEN {value_sql} IS NOT NULL THEN {pair} END)"
         return f"sort_array({collected}, {'false' if newest_first else 'true'})"
 
@@ -634,21 +635,71 @@ class Renderer:
 
     def _twa(self, expr: ast.Func, arg: Typed) -> Typed:
         """The time-weighted average of the non-NULL values: the trapezoids between consecutive
-        values summed, over the time from the first to the last (one value: that value)."""
+        values summed, over the time from the first to the last (one value: that value). In an
+        INTERVAL window TDengine first interpolates the line to the window's bounds: to its
+        start from the row before the window, to its last instant (end - 1) from the row after,
+        where the window's own first/last row is not there already and both rows of the pair
+        have a value (``_window_bounds``)."""
         if self.scope.pk is None or arg.kind not in NUMERIC:
             raise query_error("twa() needs a numeric column of a table with a timestamp primary key", expr)
         points = self._points(arg.sql, newest_first=False)
-        n = f"size({points})"
-        first, last = f"element_at({points}, 1)", f"element_at({points}, -1)"
-        pairs = f"zip_with(slice({points}, 1, greatest({n} - 1, 1)), slice({points}, 2, greatest({n} - 1, 1)), "
-        pairs += "(a, b) -> (a.v + b.v) / 2 * (b.t - a.t))"
-        area = f"aggregate({pairs}, 0D, (s, x) -> s + x)"
-        return Typed(
-            f"CASE WHEN {n} = 0 THEN NULL WHEN {last}.t = {first}.t THEN {first}.v "
-            f"ELSE {area} / ({last}.t - {first}.t) END",
-            "float",
-            True,
+        if self._interpolates():
+            points = self._window_bounds(arg.sql, points)
+        # one lambda binds the points once (Spark SQL has no LET): p is the sorted (t, v) list
+        area = "aggregate(zip_with(slice(p, 1, greatest(size(p) - 1, 0)), slice(p, 2, greatest(size(p) - 1, 0)), "
+        area += "(a, b) -> (a.v + b.v) / 2 * (b.t - a.t)), 0D, (s, x) -> s + x)"
+        first, last = "element_at(p, 1)", "element_at(p, -1)"
+        formula = (
+            f"CASE WHEN size(p) = 0 THEN NULL WHEN {last}.t = {first}.t THEN {first}.v "
+            f"ELSE {area} / ({last}.t - {first}.t) END"
         )
+        return Typed(f"element_at(transform(array({points}), p -> {formula}), 1)", "float", True)
+
+    def _interpolates(self) -> bool:
+        """Whether twa() interpolates to window bounds: in a query's own INTERVAL windows. A
+        stream's query reads each trigger's rows joined to it, which have no neighbours to
+        interpolate from (TDengine's stream query reads the window's range too)."""
+        return (
+            isinstance(self.scope.window, ast.IntervalWindow)
+            and "_wend" in self.scope.window_sql
+            and self.ctx.stream is None
+            and not self.scope.labelled
+        )
+
+    def _window_bounds(self, value_sql: str, points: str) -> str:
+        """``points`` with the value interpolated at the window's start and last instant in
+        front and behind where TDengine adds them: the row before (after) the window is each
+        row's neighbour in its timeline among the rows the WHERE keeps (``Scope.neighbours``),
+        read at the window's first (last) row."""
+        pk = self.scope.pk
+        assert pk is not None
+        point = f"struct(CAST({pk} AS BIGINT) AS t, CAST({value_sql} AS DOUBLE) AS v)"
+        keys = ", ".join(self.scope.timeline)
+        over = f"OVER ({f'PARTITION BY {keys} ' if keys else ''}ORDER BY {pk})"
+        if value_sql not in self.neighbours:  # a twa() rendered again (HAVING, ORDER BY) reads them again
+            before, after = self.ctx.fresh("twa_before"), self.ctx.fresh("twa_after")
+            self.scope.neighbours += [f"lag({point}) {over} AS {before}", f"lead({point}) {over} AS {after}"]
+            self.neighbours[value_sql] = (before, after)
+        before, after = self.neighbours[value_sql]
+        edge = "struct(CAST({pk} AS BIGINT) AS t, CAST({v} AS DOUBLE) AS v, d.{n} AS n)"
+        first = f"min_by({edge.format(pk=pk, v=value_sql, n=before)}, {pk})"
+        last = f"max_by({edge.format(pk=pk, v=value_sql, n=after)}, {pk})"
+        start, end = self.scope.window_sql["_wstart"], f"({self.scope.window_sql['_wend']} - 1)"
+
+        def at(when: str, a: str, b: str) -> str:  # the line through a and b, at ``when``
+            return f"{a}.v + ({b}.v - {a}.v) * CAST({when} - {a}.t AS DOUBLE) / CAST({b}.t - {a}.t AS DOUBLE)"
+
+        head = (
+            f"CASE WHEN e.f.t <> {start} AND e.f.v IS NOT NULL AND e.f.n.v IS NOT NULL "
+            f"THEN struct(CAST({start} AS BIGINT) AS t, {at(start, 'e.f.n', 'e.f')} AS v) END"
+        )
+        tail = (
+            f"CASE WHEN e.l.t <> {end} AND e.l.v IS NOT NULL AND e.l.n.v IS NOT NULL "
+            f"THEN struct(CAST({end} AS BIGINT) AS t, {at(end, 'e.l', 'e.l.n')} AS v) END"
+        )
+        edges = f"struct({first} AS f, {last} AS l, {points} AS p)"
+        with_bounds = f"filter(concat(array({head}), e.p, array({tail})), q -> q IS NOT NULL)"
+        return f"element_at(transform(array({edges}), e -> {with_bounds}), 1)"
 
     def _histogram(self, expr: ast.Func) -> Typed:
         """histogram(expr, bin_type, bins, normalized): one output row per bin (lower, upper],

@@ -143,6 +143,11 @@ class Scope:
     # window-function columns other row-wise functions read (``expr AS name`` over ``d``),
     # each a layer of its own: Spark does not nest window functions
     layers: list[str] = field(default_factory=list)
+    # each row's neighbours in its timeline (``expr AS name`` over ``d``, computed before the
+    # window labels explode rows, among the rows ``row_filter`` keeps): twa's interpolation
+    neighbours: list[str] = field(default_factory=list)
+    row_filter: str | None = None
+    timeline: list[str] = field(default_factory=list)  # PARTITION BY and GROUP BY keys: a timeline each
     ambiguous: set[str] = field(default_factory=set)  # joined columns that need their side's name
     states: frozenset[str] = frozenset()  # SourceTable.states: aggregates merge these columns
 

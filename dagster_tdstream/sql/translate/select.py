@@ -72,6 +72,7 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
     # a row window's view has the WHERE applied: the windows are over the rows it keeps
     where_sql = render.condition(select.where) if select.where is not None and not scope.labelled else None
     group_keys: list[str] = [render.expr(e).sql for e in (*select.partition_by, *select.group_by)]
+    scope.timeline, scope.row_filter = list(group_keys), where_sql
     if isinstance(window, ast.IntervalWindow):
         group_keys.append("d.__qw")
     elif window is not None:  # a row window: its number within the partition, and its bounds
@@ -94,6 +95,8 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
         items.append((typed.sql, f"__c{len(items)}", OutputColumn(name, typed.kind == "ts", typed.kind)))
         kinds.append(typed.kind)
 
+    # rendered before the data relation is built: a HAVING's twa() adds neighbours to it
+    having_sql = render.condition(select.having) if select.having is not None else None
     # PARTITION BY alone does not aggregate: without aggregates or a window it only orders rows
     is_aggregate = bool(select.group_by) or window is not None or render.saw_aggregate
     if is_aggregate:
@@ -145,8 +148,8 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
         parts.append(f"WHERE {filter_sql}")
     if is_aggregate and group_keys:
         parts.append("GROUP BY " + ", ".join(group_keys))
-    if select.having is not None:
-        parts.append("HAVING " + render.condition(select.having))
+    if having_sql is not None:
+        parts.append("HAVING " + having_sql)
     if isinstance(window, ast.IntervalWindow) and window.fill is not None and window.fill.mode != "NONE":
         partition_sql = [render.expr(e).sql for e in select.partition_by]
         if stream is not None:  # each trigger's windows are filled on their own

@@ -211,6 +211,9 @@ def data_relation(scope: Scope) -> str:
     if scope.labelled:
         return f"{scope.base} d"
     sql = f"SELECT *, 1 AS __m FROM {scope.base}"
+    if scope.neighbours:
+        where = f" WHERE {scope.row_filter}" if scope.row_filter else ""
+        sql = f"SELECT d.*, {', '.join(scope.neighbours)} FROM ({sql}) d{where}"
     for name, label in (("__tw", scope.trows_label), ("__qw", scope.window_sql.get("label"))):
         if label is not None:
             sql = f"SELECT *, {label} AS {name} FROM ({sql}) {name}_layer"
