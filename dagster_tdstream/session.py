@@ -51,7 +51,6 @@ from .storage.streamcheck import check_stream_against_catalog
 from .storage.system import SYSTEM_DB, stream_progress
 from .storage.types import display_length
 from .storage.warehouse import Warehouse
-from .triggers.plan import not_built
 
 if TYPE_CHECKING:
     from .compute.newest import NewestRows
@@ -700,8 +699,6 @@ class Session:
         compute is rejected now, with its position, instead of at the first trigger."""
         from .compute.run import check_stream_query
 
-        if not_built(stmt):
-            return  # accepted, and reported by SHOW STREAMS as Failed with what is missing
         info = StreamInfo(db, name, stmt.text, "Running", 0, start_offset, self.timezone.key)
         check_stream_query(self.warehouse, resolve_stream(self.warehouse, info), self.timezone)
 

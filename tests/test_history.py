@@ -160,6 +160,34 @@ def test_bulk_state_islands_equal_the_engine_replay(
 
 
 @ISLAND_PATHS
+def test_bulk_state_over_an_expression_equals_the_engine_replay(
+    session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """STATE_WINDOW(CASE …) in bulk: Spark computes the state as queries compute it, the
+    trigger task on each row; both give the same windows, states and details (a NULL
+    reading keeps the state, as a NULL column does)."""
+    monkeypatch.setattr(bulk_module, "DRIVER_ISLANDS", driver_islands)
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 3) ({T + 1000}, 12) ({T + 2000}, NULL) ({T + 3000}, 15) ({T + 4000}, 4)"
+        f" ({T + 5000}, 2) ({T + 6000}, 30);"
+        f"insert into b values ({T}, 50) ({T + 1000}, 60);"
+        "create stream sx state_window(case when v >= 10 then 'high' when v is not null then 'low' end) from st "
+        "partition by tbname stream_options(fill_history) into sx_out as select _twstart, count(*) from %%trows"
+    )
+    bulk, states = _bulk_as_replayed(session, spark, "d.sx", "tbname", ["v"], local_rows=local_rows)
+    # by hand: a is low at T, high T+1s..T+3s (the NULL inside), low T+4s..T+5s, high from T+6s (open)
+    closed = sorted((b[0], b[2], b[3], b[4], b[5]) for b in bulk if b[1] == "WINDOW_CLOSE")
+    assert closed == [
+        ('["a"]', T, T, 1, {"curState": "low", "nextState": "high"}),
+        ('["a"]', T + 1000, T + 3000, 3, {"curState": "high", "nextState": "low"}),
+        ('["a"]', T + 4000, T + 5000, 2, {"curState": "low", "nextState": "high"}),
+    ]
+    assert states['["b"]']["open"] and states['["b"]']["key"] == "high"
+
+
+@ISLAND_PATHS
 def test_bulk_sessions_equal_the_engine_replay(
     session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -231,6 +231,20 @@ def test_at_once_writes_an_event_window_when_its_end_row_arrives_not_while_open(
     assert output(session, "select c, sb from oute") == [(3, 6)]
 
 
+def test_state_window_over_a_case_expression_at_once(session: Session, harness: StreamHarness) -> None:
+    # TDengine's documented threshold state: state_window(case when … then 1 else 0 end)
+    _setup(session)
+    session.execute(
+        "create stream sx trigger at_once into outx as select _wstart s, count(*) c, max(a) m from st"
+        " partition by tbname state_window(case when a > 5 then 1 else 0 end);"
+        f"insert into t1 values ({T0}, 1, 0) ({T0 + 1000}, 7, 0) ({T0 + 2000}, 8, 0) ({T0 + 3000}, 2, 0)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select s, c, m from outx order by s") == [
+        (T0, 1, 1), (T0 + 1000, 2, 8), (T0 + 3000, 1, 2),
+    ]  # fmt: skip
+
+
 def test_a_row_updated_out_of_the_where_filter_leaves_its_open_window_written_at_once(
     session: Session, harness: StreamHarness
 ) -> None:

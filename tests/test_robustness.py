@@ -137,7 +137,7 @@ def test_durations_are_an_integer_and_a_unit(duration: str) -> None:
     assert (error.value.line, error.value.column) == (1, 26)
 
 
-def test_a_state_window_over_a_constant_is_refused_and_over_an_expression_reported_not_built(
+def test_a_state_window_over_a_constant_or_an_expression_it_cannot_compute_is_refused(
     sql_session: Session, warehouse: Warehouse
 ) -> None:
     sql_session.execute(SCHEMA)
@@ -147,6 +147,14 @@ def test_a_state_window_over_a_constant_is_refused_and_over_an_expression_report
     ) as error:
         sql_session.execute(f"create stream s state_window(now - 1e20) {tail}")
     assert (error.value.line, error.value.column) == (1, 34)  # the expression's operator
-    # an expression of columns: accepted, and SHOW STREAMS says what is not built (no crash)
-    sql_session.execute(f"create stream s state_window(v + 1) {tail}")
+    # a function the trigger task cannot compute on a row: refused where it is
+    with pytest.raises(TDStreamError, match=r"STATE_WINDOW over sqrt\(v\): sqrt\(\) is not supported here") as error:
+        sql_session.execute(f"create stream s state_window(sqrt(v)) {tail}")
+    assert (error.value.line, error.value.column) == (1, 30)
+    # a state is an integer, BOOL or string value
+    with pytest.raises(TDStreamError, match=r"STATE_WINDOW over \(v/2\) gives a float value") as error:
+        sql_session.execute(f"create stream s state_window(v / 2) {tail}")
+    assert (error.value.line, error.value.column) == (1, 32)
+    assert warehouse.catalog.list_streams() == [] and warehouse.find_table("d", "o") is None
+    sql_session.execute(f"create stream s state_window(case when v > 0 then 'up' else 'down' end) {tail}")
     assert [s.key for s in warehouse.catalog.list_streams()] == ["d.s"]

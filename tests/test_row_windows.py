@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.parser import parse_statement
+from dagster_tdstream.triggers import conditions
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_OPEN
 from dagster_tdstream.triggers.rows import CountTrigger, EventTrigger, RowChange, RowState, SessionTrigger, StateTrigger
 
@@ -57,6 +60,21 @@ def test_event_windows_one_row_windows_and_condition_lists() -> None:
     listed = EventTrigger(starts=(condition("v >= 90"), condition("v >= 60")))
     fired = listed.advance(RowState(), rows((0, {"v": 70}), (1, {"v": 95}), (2, {"v": 10}), (3, {"v": 90})))
     assert [(f.event, f.start, f.end, f.detail["conditionIndex"]) for f in fired] == [(WINDOW_CLOSE, 0, 1, 1)]
+
+
+def test_state_windows_over_an_expression_simple_and_searched_case() -> None:
+    searched = condition("case when v >= 10 then 'high' when v is not null then 'low' end")
+    data = rows(*((t, {"v": v}) for t, v in [(0, 1), (1, 12), (2, None), (3, 15), (4, 2), (5, 30)]))
+    # a NULL reading gives no state (no ELSE): it stays in the open window
+    assert closes(StateTrigger(expr=searched), data) == [(0, 0, 1), (1, 3, 3), (4, 4, 1)]
+    simple = condition("case v % 3 when 0 then 'x' when 1 then 'y' else 'z' end")
+    assert closes(StateTrigger(expr=simple), rows((0, {"v": 3}), (1, {"v": 6}), (2, {"v": 4}), (3, {"v": 5}))) == [
+        (0, 1, 2), (2, 2, 1),
+    ]  # fmt: skip
+    # the evaluator's full set is checked up front; NOT LIKE among it
+    assert conditions.holds(condition("s not like 'a%'"), {"s": "bc"})
+    with pytest.raises(conditions.ConditionError, match=r"sqrt\(\) is not supported here"):
+        conditions.check(condition("case when sqrt(v) > 1 then 1 end"))
 
 
 def test_count_windows_tumbling_sliding_and_column_lists() -> None:

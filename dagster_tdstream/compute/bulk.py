@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -51,6 +51,7 @@ from ..triggers.tick import group_expr_value, group_identities, queue_record
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
 _ALL = "__all"  # the single group of a stream without PARTITION BY
+_STATE = "__state"  # a STATE_WINDOW expression's value
 LOCAL_ROWS = 200_000  # trigger tables up to this size are derived in this process
 DRIVER_ISLANDS = 1_000_000  # STATE_WINDOW / SESSION islands up to this many are replayed in this process
 
@@ -82,7 +83,7 @@ def group_column_sql(stream: StreamDefinition, source: SourceTable, ctx: Transla
     for name in stream.group_columns:
         if name in stream.group_exprs:
             spark = spark_type(arrow_type(stream.group_expr_type(name))).simpleString()
-            columns.append(f"CAST({row_expression(source, stream.group_exprs[name], ctx)} AS {spark})")
+            columns.append(f"CAST({row_expression(source, stream.group_exprs[name], ctx).sql} AS {spark})")
         else:
             columns.append("d.tbname" if name == "tbname" else f"d.`{name}`")
     return columns
@@ -190,11 +191,16 @@ def derive_windows(
         frame = frame.where(F.col(table.primary_key) >= admission.history_start)
         admission = Admission(None, admission.pre_filter)
     frame = frame.select(*[name for name in frame.columns if name in needed])
+    source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
+    ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
     if stream.group_exprs:  # a legacy PARTITION BY expression: computed as queries compute it
-        source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
-        ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
         sql = dict(zip(stream.group_columns, group_column_sql(stream, source, ctx), strict=True))
         frame = frame.alias("d").select("*", *[F.expr(sql[name]).alias(name) for name in stream.group_exprs])
+    if isinstance(trigger, StateTrigger) and trigger.expr is not None and admission.pre_filter is None:
+        # STATE_WINDOW(expression): the state a column of its own, computed as queries compute it
+        state = row_expression(source, trigger.expr, ctx).sql
+        frame = frame.alias("d").select("*", F.expr(state).alias(_STATE))
+        trigger = replace(trigger, column=_STATE, expr=None)
     names = list(stream.group_columns) or [_ALL]
     if not stream.group_columns:
         frame = frame.withColumn(_ALL, F.lit(0))

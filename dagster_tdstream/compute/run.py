@@ -20,9 +20,10 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import QueryError
+from ..errors import QueryError, StreamValidationError
 from ..faults import failpoint
 from ..sql import ast
+from ..sql.text import expr_text
 from ..sql.timeunits import resolve_timezone
 from ..sql.translate import (
     OutputColumn,
@@ -30,6 +31,7 @@ from ..sql.translate import (
     StreamScope,
     TranslationContext,
     row_condition,
+    row_expression,
     translate_select,
 )
 from ..sql.walk import all_expressions, nested_selects, walk
@@ -48,7 +50,7 @@ from ..triggers.engine import (
     WindowTrigger,
 )
 from ..triggers.period import PeriodTrigger
-from ..triggers.plan import computed_events, not_built, stream_trigger
+from ..triggers.plan import check_trigger, computed_events, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows, group_column_sql
@@ -284,9 +286,7 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     data): a function, clause or argument type the translator does not support is rejected
     when the stream is created — with its name and position — not at its first trigger.
     Returns the query's result columns (none for notify-only streams)."""
-    query = stream.stmt.query
-    if query is None or not_built(stream.stmt):
-        return ()  # notify-only; or a stream that reports what is not built when it runs
+    check_trigger(stream.stmt)
 
     def resolve(name: ast.QualifiedName) -> SourceTable:
         db = (name.db or stream.db).lower()
@@ -300,6 +300,20 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
 
     table = stream.trigger_table
     source = resolve(ast.QualifiedName(table.name, table.db)) if table is not None else None
+    trigger = stream.stmt.trigger
+    if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column) and source is not None:
+        # TDengine's state is an integer, BOOL or string value, an expression's as a column's
+        kind = row_expression(source, trigger.expr, TranslationContext(resolve, timezone)).kind
+        if kind not in ("int", "bool", "string"):
+            node = trigger.expr
+            raise StreamValidationError(
+                f"STATE_WINDOW over {expr_text(node)} gives a {kind} value; a state is an integer, BOOL or string",
+                line=node.pos.line or None,
+                column=node.pos.column or None,
+            )
+    query = stream.stmt.query
+    if query is None:
+        return ()  # notify-only
     scope = stream_scope(stream, "__triggers", source)
     return translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope)).columns
 

@@ -17,7 +17,7 @@ from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WindowTrigger
 from ..triggers.period import PeriodTrigger
-from ..triggers.plan import not_built, stream_trigger
+from ..triggers.plan import stream_trigger
 from ..triggers.sliding import SlidingPointTrigger
 
 HOURLY, DAILY = "hourly", "daily"
@@ -29,8 +29,6 @@ _HOUR_NANOS = 3600 * 10**9
 def partition_grain(stream: StreamDefinition) -> str:
     """Hourly for INTERVAL windows under an hour; daily otherwise (row windows have no fixed
     length, so the coarser bucket keeps the partition count low)."""
-    if not_built(stream.stmt):
-        return DAILY
     trigger = stream_trigger(stream)
     if isinstance(trigger, PeriodTrigger):
         return HOURLY if trigger.spec.step < _HOUR_NANOS else DAILY

@@ -39,7 +39,7 @@ from ..sql.timeunits import PRECISIONS
 from ..storage.catalog import TICK_ERROR
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import TriggerNotBuiltError
+from ..triggers.engine import TriggerTableMissingError
 from ..triggers.tick import advance_stream
 from .control import adopt_switch, switched_states
 from .instance import tick_instance
@@ -218,7 +218,7 @@ def tick_failed(warehouse: Warehouse, stream_key: str, exc: Exception) -> SkipRe
     """A tick that cannot advance (a dropped trigger table, a value the trigger cannot
     evaluate): recorded on the stream — SHOW STREAMS says Failed with the reason — and
     reported as the tick's skip reason, so the daemon goes on with the other streams."""
-    reason = str(exc) if isinstance(exc, TDStreamError | TriggerNotBuiltError) else f"{type(exc).__name__}: {exc}"
+    reason = str(exc) if isinstance(exc, TDStreamError | TriggerTableMissingError) else f"{type(exc).__name__}: {exc}"
     warehouse.catalog.set_stream_error(stream_key, TICK_ERROR + reason)
     return SkipReason(f"stream {stream_key} cannot run: {reason}")
 

@@ -9,7 +9,6 @@ import json
 from dagster import AssetKey, AssetSpec, MetadataValue
 
 from ..storage.registry import StreamDefinition
-from ..triggers.plan import not_built
 
 
 def code_version(stream: StreamDefinition) -> str:
@@ -25,7 +24,6 @@ class DagsterTDStreamTranslator:
         return AssetKey(["tdstream", db, table])
 
     def get_asset_spec(self, stream: StreamDefinition) -> AssetSpec:
-        missing = not_built(stream.stmt)
         trigger_table = stream.trigger_table
         metadata = {
             "tdstream/stream": stream.key,
@@ -35,8 +33,6 @@ class DagsterTDStreamTranslator:
             "tdstream/output_table": ".".join(stream.output) if stream.output else "",
             "tdstream/partition_by": ", ".join(stream.group_columns),
         }
-        if missing:
-            metadata["tdstream/not_built"] = ", ".join(missing)
         return AssetSpec(
             key=self.get_asset_key(stream),
             description=f"Output of TDengine stream {stream.key} ({stream.stmt.trigger.kind} trigger).",

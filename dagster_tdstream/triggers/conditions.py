@@ -1,8 +1,10 @@
-"""Row conditions evaluated in Python: EVENT_WINDOW start/end conditions and PRE_FILTER.
+"""Row conditions and values evaluated in Python: EVENT_WINDOW start/end conditions,
+PRE_FILTER, a STATE_WINDOW over an expression, a legacy PARTITION BY expression.
 
 Owns SQL's three-valued logic over one row (a dict of column and tag values): comparisons,
-arithmetic, AND/OR/NOT, IS [NOT] NULL, [NOT] IN, [NOT] BETWEEN, LIKE, a few scalar
-functions. A NULL comparison is unknown, and unknown is not true. No I/O.
+arithmetic, AND/OR/NOT, IS [NOT] NULL, [NOT] IN, [NOT] BETWEEN, LIKE, CASE, CAST, a few
+scalar functions — and ``check``, which refuses up front what it cannot compute. A NULL
+comparison is unknown, and unknown is not true. No I/O.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from ..sql import ast
 from ..sql.text import expr_text, name_key
+from ..sql.walk import walk
 
 
 class ConditionError(ValueError):
@@ -22,6 +25,31 @@ class ConditionError(ValueError):
 def holds(expr: ast.Expr, row: Mapping[str, Any]) -> bool:
     """Whether the condition is true for the row (unknown counts as false)."""
     return _eval(expr, row) is True
+
+
+_FUNCTIONS = {"abs": (1, 1), "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "concat": (2, 8)}
+_OPERATORS = {"AND", "OR", "=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%"}
+_OPERATORS |= {"LIKE", "NOT LIKE", "MATCH", "NMATCH"}
+_TEXT_TYPES, _INTEGER_TYPES = ("VARCHAR", "BINARY", "NCHAR"), ("BIGINT", "INT", "SMALLINT", "TINYINT", "TIMESTAMP")
+_CASTS = (*_TEXT_TYPES, *_INTEGER_TYPES, "DOUBLE", "FLOAT")
+_NODES = (ast.Literal, ast.Column, ast.Unary, ast.Binary, ast.IsNull, ast.Between, ast.InList, ast.Case, ast.Cast)
+
+
+def check(expr: ast.Expr) -> None:
+    """Refuse, with the node's position, an expression the evaluator cannot compute (checked
+    when a stream is created: a row meeting it later would fail the trigger instead)."""
+    for node in walk(expr):
+        if isinstance(node, ast.Func):
+            arity = _FUNCTIONS.get(node.name)
+            if arity is None or not arity[0] <= len(node.args) <= arity[1]:
+                known = ", ".join(f"{name}()" for name in _FUNCTIONS)
+                raise ConditionError(f"{node.name}() is not supported here{_at(node)}; these are: {known}")
+        elif isinstance(node, ast.Binary) and node.op not in _OPERATORS:
+            raise ConditionError(f"operator {node.op} is not supported here{_at(node)}")
+        elif isinstance(node, ast.Cast) and node.type.name.split()[0] not in _CASTS:
+            raise ConditionError(f"CAST to {node.type} is not supported here{_at(node)}")
+        elif not isinstance(node, _NODES):
+            raise ConditionError(f"{expr_text(node)} is not supported here{_at(node)}")
 
 
 def value(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
@@ -82,21 +110,38 @@ def _eval(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
         raise ConditionError(f"{expr.name}() is not supported in trigger conditions{_at(expr)}")
     if isinstance(expr, ast.Cast):
         return _cast(_eval(expr.operand, row), expr)
+    if isinstance(expr, ast.Case):
+        return _case(expr, row)
     raise ConditionError(f"{type(expr).__name__} is not supported in trigger conditions{_at(expr)}")
+
+
+def _case(expr: ast.Case, row: Mapping[str, Any]) -> Any:
+    """CASE [operand] WHEN … THEN … [ELSE …] END: the first WHEN that is true (equal to the
+    operand) gives the value; an unknown one is not true; no ELSE gives NULL."""
+    operand = _eval(expr.operand, row) if expr.operand is not None else None
+    for when, then in expr.whens:
+        if expr.operand is None:
+            matched = _eval(when, row) is True
+        else:
+            candidate = _eval(when, row)
+            matched = operand is not None and candidate is not None and operand == candidate
+        if matched:
+            return _eval(then, row)
+    return _eval(expr.default, row) if expr.default is not None else None
 
 
 def _cast(value: Any, expr: ast.Cast) -> Any:
     name = expr.type.name.split()[0]
     if value is None:
         return None
-    if name in ("VARCHAR", "BINARY", "NCHAR"):
+    if name in _TEXT_TYPES:
         # numbers print as TDengine prints them: integers plainly, doubles with six decimals
         if isinstance(value, float):
             text = f"{value:.6f}"
         else:
             text = str(value).lower() if isinstance(value, bool) else str(value)
         return text[: expr.type.length] if expr.type.length else text
-    if name in ("BIGINT", "INT", "SMALLINT", "TINYINT", "TIMESTAMP") and not isinstance(value, str):
+    if name in _INTEGER_TYPES and not isinstance(value, str):
         return int(value)
     if name in ("DOUBLE", "FLOAT") and not isinstance(value, str):
         return float(value)
@@ -145,9 +190,9 @@ def _binary(expr: ast.Binary, row: Mapping[str, Any]) -> Any:
         return None if right == 0 else float(left / right)
     if op == "%":
         return None if right == 0 else float(left % right)
-    if op == "LIKE":
+    if op in ("LIKE", "NOT LIKE"):
         pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in str(right))
-        return re.fullmatch(pattern, str(left), re.S) is not None
+        return (re.fullmatch(pattern, str(left), re.S) is not None) == (op == "LIKE")
     if op in ("MATCH", "NMATCH"):
         return (re.search(str(right), str(left)) is not None) == (op == "MATCH")
     raise ConditionError(f"operator {op} is not supported in trigger conditions")

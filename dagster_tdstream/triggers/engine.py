@@ -21,8 +21,8 @@ RECALC = "RECALC"  # a closed window computed again (late row or update inside i
 WINDOW_INVALIDATION = "WINDOW_INVALIDATION"
 
 
-class TriggerNotBuiltError(Exception):
-    """The stream uses a trigger type or option this build does not evaluate yet."""
+class TriggerTableMissingError(Exception):
+    """The stream's trigger table was dropped: its trigger has nothing to read."""
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,21 @@
 """Which trigger a CREATE STREAM describes, as an engine object.
 
 Owns mapping the statement's trigger clause and STREAM_OPTIONS to a configured trigger
-(``WindowTrigger`` for INTERVAL, the row windows of ``rows.py``) and naming, in one place,
-what this build does not evaluate yet, so that a stream using it fails loudly instead of
-computing something else.
+(``WindowTrigger`` for INTERVAL, the row windows of ``rows.py``), and refusing when a stream
+is created what the trigger could not evaluate on a row (``check_trigger``).
 """
 
 from __future__ import annotations
 
+from ..errors import StreamValidationError
 from ..sql import ast
 from ..sql.intervals import IntervalSpec
+from ..sql.text import expr_text
 from ..sql.timeunits import resolve_timezone
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
-from .engine import WINDOW_CLOSE, TriggerNotBuiltError, WindowTrigger
+from . import conditions
+from .engine import WINDOW_CLOSE, WindowTrigger
 from .period import PeriodTrigger, cron_schedules
 from .replay import Admission
 from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, StateTrigger
@@ -22,13 +24,18 @@ from .sliding import PointSpec, SlidingPointTrigger
 Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger | PeriodTrigger
 
 
-def not_built(stmt: ast.CreateStream) -> list[str]:
-    """What the stream needs that this build does not evaluate yet (empty: it runs)."""
-    missing = []
+def check_trigger(stmt: ast.CreateStream) -> None:
+    """A STATE_WINDOW over an expression is computed on each row in Python (the trigger task)
+    and in Spark (the bulk history): one the row evaluator cannot compute is refused with its
+    position when the stream is created, not at its first row."""
     trigger = stmt.trigger
     if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column):
-        missing.append("STATE_WINDOW over an expression")
-    return missing
+        try:
+            conditions.check(trigger.expr)
+        except conditions.ConditionError as exc:
+            node = trigger.expr
+            where = {"line": node.pos.line, "column": node.pos.column} if node.pos.line else {}
+            raise StreamValidationError(f"STATE_WINDOW over {expr_text(node)}: {exc}", **where) from None
 
 
 def computed_events(stmt: ast.CreateStream) -> tuple[str, ...]:
@@ -38,9 +45,6 @@ def computed_events(stmt: ast.CreateStream) -> tuple[str, ...]:
 
 
 def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = None) -> Trigger:
-    missing = not_built(stmt)
-    if missing:
-        raise TriggerNotBuiltError("not built yet: " + ", ".join(missing))
     trigger = stmt.trigger
     # the trigger fires what the query runs on and what NOTIFY … ON sends (an open only
     # notified is not computed: see compute/run.py)
@@ -95,8 +99,9 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         "at_once": at_once,
     }
     if isinstance(trigger, ast.StateTrigger):
-        assert isinstance(trigger.expr, ast.Column)  # not_built says so otherwise
-        return StateTrigger(**common, column=trigger.expr.name.lower())
+        if isinstance(trigger.expr, ast.Column):
+            return StateTrigger(**common, column=trigger.expr.name.lower())
+        return StateTrigger(**common, expr=trigger.expr)
     if isinstance(trigger, ast.SessionTrigger):
         return SessionTrigger(**common, gap=trigger.gap.in_precision(precision))
     if isinstance(trigger, ast.EventTrigger):
@@ -125,8 +130,6 @@ def stream_admission(stream: StreamDefinition) -> Admission:
 def period_crons(stream: StreamDefinition) -> list[str] | None:
     """Cron strings for a PERIOD stream whose grid cron can express (it runs on a schedule);
     None otherwise (other triggers, sub-minute periods: the trigger sensor's timer)."""
-    if not_built(stream.stmt):
-        return None
     trigger = stream_trigger(stream)
     return cron_schedules(trigger.spec) if isinstance(trigger, PeriodTrigger) else None
 

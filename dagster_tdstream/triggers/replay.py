@@ -45,7 +45,9 @@ def columns_read(trigger: EventTimeTrigger, admission: Admission) -> set[str]:
     """The row values a trigger and its admission rule look at (besides the timestamp): what a
     bulk path has to hand over per row."""
     names: set[str] = set()
-    if isinstance(trigger, StateTrigger):
+    if isinstance(trigger, StateTrigger) and trigger.expr is not None:
+        names.update(n.name.lower() for n in walk(trigger.expr) if isinstance(n, ast.Column))
+    elif isinstance(trigger, StateTrigger):
         names.add(trigger.column)
     elif isinstance(trigger, EventTrigger):
         names.update(trigger.condition_columns)

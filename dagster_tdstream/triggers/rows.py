@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sql import ast
+from . import conditions
 from .conditions import holds
 from .engine import MAX_DELAY, WINDOW_CLOSE, WINDOW_OPEN, Fired
 
@@ -136,9 +137,10 @@ class RowWindowTrigger:
 @dataclass(frozen=True)
 class StateTrigger(RowWindowTrigger):
     column: str = ""
+    expr: ast.Expr | None = None  # STATE_WINDOW(expression): the state computed on each row
 
     def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
-        value = change.values.get(self.column)
+        value = change.values.get(self.column) if self.expr is None else conditions.value(self.expr, change.values)
         if value is None:  # a NULL state changes nothing; it stays in an open window
             if state.open:
                 state.last, state.count = change.ts, state.count + change.weight

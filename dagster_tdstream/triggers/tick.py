@@ -29,7 +29,7 @@ from ..storage.registry import StreamDefinition
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from . import conditions
-from .engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, Change, Fired, TriggerNotBuiltError, WindowTrigger
+from .engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, Change, Fired, TriggerTableMissingError, WindowTrigger
 from .period import PERIOD_TICK, PeriodState, PeriodTrigger
 from .plan import stream_admission, stream_trigger
 from .replay import replay
@@ -106,7 +106,7 @@ def advance_stream(
         return _advance_period(warehouse, stream, trigger, last_offset, clock, tick_at)
     table = stream.trigger_table
     if table is None:
-        raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
+        raise TriggerTableMissingError(f"its trigger table {stream.trigger_missing} was dropped: nothing to read")
     catalog = warehouse.catalog
     first = first_unread(stream, last_offset)
     current = warehouse.delta.version(table.db, table.storage_name)
@@ -193,7 +193,7 @@ def _advance_period(
     catalog = warehouse.catalog
     table = stream.trigger_table
     if stream.trigger_missing is not None:
-        raise TriggerNotBuiltError(f"its trigger table {stream.trigger_missing} was dropped; it has nothing to read")
+        raise TriggerTableMissingError(f"its trigger table {stream.trigger_missing} was dropped: nothing to read")
     first = stream.info.start_offset if last_offset is None else last_offset + 1
     saved = catalog.load_checkpoint(stream.key, first - 1) if last_offset is not None else None
     state = PeriodState.from_json(saved) if saved else PeriodState()

@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import ast
 from ..walk import conjuncts
 from .render import Renderer
-from .scope import Scope, SourceTable, StreamScope, TranslationContext, kind_of, query_error, quote_ident
+from .scope import Scope, SourceTable, StreamScope, TranslationContext, Typed, kind_of, query_error, quote_ident
 
 
 def _table_scope(table: SourceTable) -> Scope:
@@ -31,10 +31,10 @@ def row_condition(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -
     return Renderer(_table_scope(table), ctx).condition(expr)
 
 
-def row_expression(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -> str:
-    """A scalar expression over one table's rows (aliased ``d``) as Spark SQL — a legacy
-    stream's PARTITION BY expression, computed where rows meet their group."""
-    return Renderer(_table_scope(table), ctx).expr(expr).sql
+def row_expression(table: SourceTable, expr: ast.Expr, ctx: TranslationContext) -> Typed:
+    """A scalar expression over one table's rows (aliased ``d``) as Spark SQL, with its kind —
+    a legacy stream's PARTITION BY expression, a STATE_WINDOW's state: computed on the rows."""
+    return Renderer(_table_scope(table), ctx).expr(expr)
 
 
 def source_scope(select: ast.Select, ctx: TranslationContext) -> Scope:
