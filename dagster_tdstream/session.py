@@ -31,7 +31,7 @@ from .errors import (
     TDStreamError,
     WriteRejectedError,
 )
-from .families import continuous_query, legacy_stream, tsma, tsma_query
+from .families import continuous_query, legacy_stream, tsma, tsma_query, vtable
 from .families.client_options import ClientOptions
 from .families.insert import execute_insert, typed_value
 from .families.maintenance import execute_maintain
@@ -44,7 +44,7 @@ from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
-from .sql.walk import sources
+from .sql.walk import columns_named, sources
 from .storage.catalog import StreamInfo, TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
@@ -334,10 +334,27 @@ class Session:
             seen.add(col.name)
         if stmt.is_super and not tags:
             raise CatalogError("a super table needs at least one tag")
+        virtual = dict(stmt.options).get("VIRTUAL", "0")
+        if virtual not in ("0", "1"):
+            raise CatalogError(f"VIRTUAL is 0 or 1, not {virtual}")
+        if virtual == "1" and not stmt.is_super:
+            raise CatalogError("VIRTUAL 1 makes a virtual super table (with TAGS); a virtual normal table is a VTABLE")
         created = self.warehouse.create_table(
-            db, normalize(stmt.table.name), columns, tags, is_super=stmt.is_super, if_not_exists=stmt.if_not_exists
+            db,
+            normalize(stmt.table.name),
+            columns,
+            tags,
+            is_super=stmt.is_super,
+            if_not_exists=stmt.if_not_exists,
+            virtual=virtual == "1",
         )
         return Result(message="Create OK" if created else "OK (table exists)")
+
+    def _exec_createvirtualtable(self, stmt: ast.CreateVirtualTable) -> Result:
+        return vtable.create(self, stmt)
+
+    def _exec_dropvirtualtables(self, stmt: ast.DropVirtualTables) -> Result:
+        return vtable.drop(self, stmt)
 
     def _child(self, spec: ast.ChildTableDef, default_db: str | None = None) -> tuple[TableInfo | None, TableInfo]:
         """The existing child table (or None) and the definition ``spec`` asks for."""
@@ -348,6 +365,8 @@ class Session:
         stable = self.warehouse.table(db, normalize(spec.stable.name))
         if stable.kind != "super":
             raise CatalogError(f"{stable.name} is not a super table")
+        if stable.virtual:
+            raise CatalogError(f"{stable.name} is a virtual super table: its child tables are CREATE VTABLE … USING it")
         existing = self.warehouse.find_table(db, normalize(spec.table.name))
         values = self._tag_values(stable, spec, self.constants(db))
         return existing, self.warehouse.new_child(db, normalize(spec.table.name), stable, values)
@@ -386,6 +405,8 @@ class Session:
                 raise CatalogError(f"table {self.db_of(name)}.{normalize(name.name)} does not exist")
             if stmt.is_super and info.kind != "super":
                 raise CatalogError(f"{info.name} is not a super table: use DROP TABLE")
+            if info.virtual and info.kind != "super":
+                raise CatalogError(f"{info.name} is a virtual table: use DROP VTABLE")
             if not stmt.is_super and info.kind == "super" and self.dialect != "2.x":
                 # 2.x dropped super tables with DROP TABLE too (DROP STABLE came later)
                 raise CatalogError(f"{info.name} is a super table: use DROP STABLE")
@@ -512,6 +533,7 @@ class Session:
 
     def _exec_delete(self, stmt: ast.Delete) -> Result:
         info = self.table(stmt.table)
+        vtable.refuse_delete(info)
         predicate = None
         if stmt.where is not None:
             from .storage.predicate import delete_predicate
@@ -529,6 +551,7 @@ class Session:
             "DATABASES": "ins_databases",
             "STABLES": "ins_stables",
             "TABLES": "ins_tables",
+            "VTABLES": "ins_tables",
             "STREAMS": "ins_streams",
             "TSMAS": "ins_tsmas",
         }[stmt.what]
@@ -541,15 +564,18 @@ class Session:
         if stmt.what == "STREAMS" and self.dialect == "2.x" and stmt.like is None:
             return continuous_query.show_streams_2x(self, db)  # type: ignore[arg-type]
         table = system_table(self.warehouse, name, db)
+        if stmt.what in ("TABLES", "VTABLES"):
+            table = _tables_shown(table, stmt)
         if stmt.like is not None:
             import fnmatch
 
             glob = stmt.like.lower().replace("%", "*").replace("_", "?")
             keep = [fnmatch.fnmatchcase(str(v), glob) for v in table.column(0).to_pylist()]
             table = table.filter(pa.array(keep, pa.bool_()))
+        types = {c.name: c.type.name for c in system_schema(name)}
         arrays = [
-            col.cast(pa.timestamp("ms", tz="UTC")) if c.type.name == "TIMESTAMP" else col
-            for col, c in zip(table.columns, system_schema(name), strict=True)
+            col.cast(pa.timestamp("ms", tz="UTC")) if types[column] == "TIMESTAMP" else col
+            for column, col in zip(table.column_names, table.columns, strict=True)
         ]
         result = pa.table(arrays, names=table.column_names)
         return Result(table=result, message=f"Query OK, {result.num_rows} row(s) in set")
@@ -558,6 +584,11 @@ class Session:
         info = self.table(stmt.table)
         rows = [[c.name, str(c.type.name), display_length(c.type), ""] for c in info.columns]
         rows += [[t.name, str(t.type.name), display_length(t.type), "TAG"] for t in info.tags]
+        if info.virtual:  # TDengine adds each column's source
+            refs = info.refs or {}
+            return _table_result(
+                ["field", "type", "length", "note", "ref"], [[*row, refs.get(str(row[0]), "")] for row in rows]
+            )
         return _table_result(["field", "type", "length", "note"], rows)
 
     # ------------------------------------------------------------------ queries
@@ -636,7 +667,8 @@ class Session:
         self.warehouse.recover_writes()
         if newest is not None and not newest.covers(self.warehouse):
             return None
-        views = SparkViews(self.spark.get(), self.warehouse, self.database, newest.floors if newest else None)
+        floors = newest.floors if newest else None
+        views = SparkViews(self.spark.get(), self.warehouse, self.database, floors, columns_named(select))
         try:
             if tsma_read is not None:
                 read_states(views, *tsma_read)
@@ -840,6 +872,18 @@ def _epochs(array: pa.ChunkedArray) -> pa.ChunkedArray:
         return array.cast(pa.int64())
     fits = pc.and_(pc.is_finite(array), pc.less(pc.abs(array), 2.0**63))
     return pc.if_else(fits, array, pa.scalar(None, array.type)).cast(pa.int64(), safe=False)
+
+
+def _tables_shown(table: pa.Table, stmt: ast.Show) -> pa.Table:
+    """SHOW TABLES lists the tables that store rows; SHOW [NORMAL | CHILD] VTABLES the virtual
+    ones, by name alone (as TDengine shows them)."""
+    kinds = pc.utf8_slice_codeunits(table.column("type"), 0, 8)
+    if stmt.what == "TABLES":
+        return table.filter(pc.not_equal(kinds, "VIRTUAL_"))
+    wanted = pc.equal(kinds, "VIRTUAL_")
+    if stmt.kind is not None:
+        wanted = pc.and_(wanted, pc.equal(table.column("type"), f"VIRTUAL_{stmt.kind}_TABLE"))
+    return table.filter(wanted).select(["table_name"])
 
 
 def _table_result(columns: list[str], rows: list[list[Any]], timestamps: set[str] | None = None) -> Result:

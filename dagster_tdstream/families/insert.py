@@ -25,6 +25,7 @@ from ..sql.values import block_columns, literal_offset
 from ..storage.catalog import TableInfo
 from ..storage.types import STRING_TYPES, ValueTypeError, arrow_schema, arrow_type, coerce, value_range
 from ..storage.warehouse import WriteBatch
+from . import vtable
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -64,6 +65,13 @@ def execute_insert(session: Session, stmt: ast.Insert) -> Result:
             _, info = session._child(target.using, db)
             new_children.append(info)
             tables[(db, name)] = info
+        if info.virtual:
+            raise WriteRejectedError(
+                f"{info.db}.{info.name} is a virtual table: it reads its sources' columns and stores no rows "
+                f"(insert into {vtable.sources_text(info)})",
+                line=target.pos.line,
+                column=target.pos.column,
+            )
         if info.kind == "super":
             raise WriteRejectedError(
                 f"{info.name} is a super table: insert into a child table "

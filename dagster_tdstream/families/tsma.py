@@ -100,6 +100,12 @@ def _check_table(warehouse: Warehouse, table: TableInfo, stmt: ast.CreateTsma) -
             f"Invalid table to create tsma, only stable or normal table allowed: {table.name} is a child table",
             stmt.table.pos,
         )
+    if table.virtual:
+        raise _fail(
+            StreamValidationError,
+            f"Invalid table to create tsma: {table.name} is a virtual table (a TSMA keeps a stored table's windows)",
+            stmt.table.pos,
+        )
     if (table.db, table.name) in tsma_outputs(warehouse):
         raise _fail(CatalogError, f"table {table.db}.{table.name} does not exist", stmt.table.pos)
 

@@ -345,6 +345,35 @@ class CreateChildTables(Statement):
 
 
 @dataclass(frozen=True)
+class ColumnRef:
+    """``[db.]table.column``: where a virtual table's column reads its values."""
+
+    db: str | None
+    table: str
+    column: str
+    pos: Pos = field(default=NO_POS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CreateVirtualTable(Statement):
+    """``CREATE VTABLE``: a virtual normal table (``columns``, each with its source in
+    ``refs`` or None) or, with ``using``, a virtual child table of a virtual super table
+    (``refs`` named ``(column, source)`` or positional ``(None, source)`` in column order)."""
+
+    table: QualifiedName
+    if_not_exists: bool
+    columns: tuple[ColumnDef, ...]
+    refs: tuple[tuple[str | None, ColumnRef | None], ...]
+    using: ChildTableDef | None = None
+
+
+@dataclass(frozen=True)
+class DropVirtualTables(Statement):
+    tables: tuple[QualifiedName, ...]
+    if_exists: bool
+
+
+@dataclass(frozen=True)
 class DropTables(Statement):
     """``DROP {TABLE | STABLE} [IF EXISTS] names``, or ``… WITH db.`uid`, …`` (``by_uid``:
     each name is a table's uid, as ``ins_tables`` shows it)."""
@@ -414,11 +443,13 @@ class AlterLocal(Statement):
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """SHOW DATABASES | STABLES | TABLES | STREAMS | TSMAS [in db] [LIKE pattern]."""
+    """SHOW DATABASES | STABLES | TABLES | STREAMS | TSMAS | [NORMAL | CHILD] VTABLES [in db]
+    [LIKE pattern]."""
 
     what: str
     db: str | None = None
     like: str | None = None
+    kind: str | None = None  # VTABLES: NORMAL or CHILD ones only
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
 from .tsma import parse_create_tsma, parse_drop_tsma
 from .values import block_width
+from .vtable import is_vtables, parse_create_vtable, parse_drop_vtable, parse_show_vtables
 from .walk import depth
 
 T = TypeVar("T")
@@ -353,6 +354,8 @@ class _Parser:
             return self.create_table(is_super=True)
         if self.accept_word("TABLE"):
             return self.create_table(is_super=False)
+        if self.accept_word("VTABLE"):
+            return parse_create_vtable(self)
         if self.accept_word("STREAM"):
             return self.create_stream()
         if self.accept_word("TSMA"):
@@ -362,7 +365,7 @@ class _Parser:
         if self.accept_word("SNODE"):
             self.expect_words("ON", "DNODE")
             return ast.CreateSnode(self.integer("a dnode id"))
-        raise self.error("DATABASE, STABLE, TABLE, STREAM, TSMA, RECURSIVE TSMA or SNODE", tok)
+        raise self.error("DATABASE, STABLE, TABLE, VTABLE, STREAM, TSMA, RECURSIVE TSMA or SNODE", tok)
 
     def create_database(self) -> ast.CreateDatabase:
         if_not_exists = self.accept_words("IF", "NOT", "EXISTS")
@@ -518,7 +521,9 @@ class _Parser:
             return ast.DropStream(self.qualified_name("a stream name"), if_exists)
         if self.accept_word("TSMA"):
             return parse_drop_tsma(self)
-        raise self.error("DATABASE, STABLE, TABLE, STREAM or TSMA", tok)
+        if self.accept_word("VTABLE"):
+            return parse_drop_vtable(self)
+        raise self.error("DATABASE, STABLE, TABLE, VTABLE, STREAM or TSMA", tok)
 
     def kill_stream(self) -> ast.KillStream:
         self.expect_words("KILL", "STREAM")
@@ -638,7 +643,9 @@ class _Parser:
         if self.peek().kind in (Kind.IDENT, Kind.QUOTED_IDENT) and self.peek(1).is_op("."):
             db = self.next().name
             self.next()
-        what_tok = self.expect_word("DATABASES", "STABLES", "TABLES", "STREAMS", "TSMAS")
+        if is_vtables(self):
+            return parse_show_vtables(self, db)
+        what_tok = self.expect_word("DATABASES", "STABLES", "TABLES", "VTABLES", "STREAMS", "TSMAS")
         what = what_tok.upper
         if what == "DATABASES" and db:
             raise self.fail_at("SHOW DATABASES takes no database prefix", what_tok)

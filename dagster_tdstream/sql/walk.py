@@ -108,6 +108,28 @@ def all_expressions(select: ast.Select) -> Iterator[ast.Expr]:
             yield from walk(expr)
 
 
+def columns_named(select: ast.Select) -> frozenset[str] | None:
+    """The column names (lower case) the SELECT and its subqueries name anywhere; None when it
+    reads every column (a ``*`` item, a selector over ``*`` such as ``last(*)``; ``count(*)``
+    names none)."""
+    names: set[str] = set()
+    for sub in nested_selects(select):
+        if any(isinstance(item.expr, ast.Star) for item in sub.items):
+            return None
+        for expr in select_expressions(sub):
+            for node in walk(expr):
+                if isinstance(node, ast.Column):
+                    names.add(node.name.lower())
+                elif node_reads_all(node):
+                    return None
+    return frozenset(names)
+
+
+def node_reads_all(node: ast.Expr) -> bool:
+    """A selector over ``*`` (``last(*)``): it reads every column (``count(*)`` none)."""
+    return isinstance(node, ast.Func) and node.name != "count" and any(isinstance(a, ast.Star) for a in node.args)
+
+
 def sources(select: ast.Select) -> Iterator[ast.FromSource]:
     """Leaf FROM sources (tables and placeholders) of the SELECT and its subqueries."""
     for sub in nested_selects(select):

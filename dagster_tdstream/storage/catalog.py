@@ -69,6 +69,9 @@ tables_table = Table(
     Column("tags", Text),
     Column("tag_values", Text),
     Column("created_at", BigInteger, nullable=False),
+    # a virtual table's column sources, JSON {column: "db.table.column"} ({} for a virtual
+    # super table); NULL for a table that stores its rows
+    Column("refs", Text),
 )
 
 write_state_table = Table(
@@ -216,6 +219,13 @@ class TableInfo:
     columns: tuple[ColumnDef, ...] = ()
     tags: tuple[ColumnDef, ...] = ()
     tag_values: dict[str, Any] = field(default_factory=dict)
+    # a virtual table: each column's source "db.table.column" (a column without one reads
+    # NULL); {} for a virtual super table; None for a table that stores its rows
+    refs: dict[str, str] | None = None
+
+    @property
+    def virtual(self) -> bool:
+        return self.refs is not None
 
     @property
     def storage_name(self) -> str:
@@ -355,6 +365,7 @@ class Catalog:
                 tags=json.dumps([type_to_json(c) for c in info.tags]) if info.tags else None,
                 tag_values=json.dumps(info.tag_values) if info.kind == "child" else None,
                 created_at=info.created_at,
+                refs=json.dumps(info.refs) if info.refs is not None else None,
             )
         )
 
@@ -479,6 +490,7 @@ class Catalog:
             columns=columns,
             tags=tags,
             tag_values=json.loads(row.tag_values) if row.tag_values else {},
+            refs=json.loads(row.refs) if row.refs is not None else None,
         )
 
     # ------------------------------------------------------------------ write watermarks

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import CatalogError
+from ..sql import ast
 from ..sql.ast import QualifiedName
 from ..sql.translate import SourceTable
 from .catalog import TableInfo
@@ -72,12 +73,19 @@ def table_frame(
     key_range: tuple[int, int] | None = None,
     *,
     tags: bool = True,
+    used: frozenset[str] | None = None,
 ) -> Any:
     """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags (as
     of the WAL offset ``version`` when given, e.g. a stream's history); with ``key_range``
     only the rows whose primary timestamp lies in [low, high], read from the files that may
-    hold them. ``tags=False``: a reader that needs no tag gets the same rows without them."""
+    hold them. ``tags=False``: a reader that needs no tag gets the same rows without them.
+    ``used``: the columns the query names (a virtual table's rows depend on them)."""
     from pyspark.sql import functions as F
+
+    if info.virtual:
+        if version is not None:
+            raise CatalogError(f"{info.db}.{info.name} is a virtual table: it has no WAL offsets to read as of")
+        return virtual_frame(spark, warehouse, info, key_range, tags=tags, used=used)
 
     storage = warehouse.find_table(info.db, info.storage_name) if info.kind == "child" else info
     assert storage is not None
@@ -99,6 +107,71 @@ def table_frame(
     if info.kind == "child":
         data = data.where(F.col("tbname") == info.name)
     return with_tags(spark, warehouse, info, data) if tags else _of_children(spark, warehouse, info, data)
+
+
+def virtual_frame(
+    spark: Any,
+    warehouse: Warehouse,
+    info: TableInfo,
+    key_range: tuple[int, int] | None,
+    *,
+    tags: bool,
+    used: frozenset[str] | None,
+) -> Any:
+    """A virtual table's rows: its sources' rows joined on the timestamp (full outer: the
+    union of their timestamps, NULL where a source has no row), each column read from its
+    source, a column without one NULL. Only the sources of the columns the query names
+    (``used``; all when it names none, as ``count(*)``) give timestamps, as in TDengine. A
+    source dropped since gives nothing. A virtual super table: its child tables' rows."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    if info.kind == "super":
+        children = warehouse.catalog.child_tables(info.db, info.name)
+        frames = [virtual_frame(spark, warehouse, child, key_range, tags=tags, used=used) for child in children]
+        if frames:
+            return reduce(lambda a, b: a.unionByName(b), frames)
+        fields = arrow_schema(info.columns, with_tbname=True)
+        if tags:
+            fields = pa.schema([*fields, *(pa.field(t.name, arrow_type(t.type)) for t in info.tags)])
+        return spark.createDataFrame([], spark_schema(fields))
+    pk, refs = info.primary_key, info.refs or {}
+    sourced = [c for c in info.columns[1:] if c.name in refs]
+    read = [c for c in sourced if used is None or c.name in used] or sourced
+    by_table: dict[tuple[str, str], list[tuple[ast.ColumnDef, str]]] = {}
+    for column in read:
+        db, table, source_column = refs[column.name].split(".")
+        by_table.setdefault((db, table), []).append((column, source_column))
+    frames = []
+    for (db, table), pairs in by_table.items():
+        source = warehouse.find_table(db, table)
+        if source is None or source.virtual:
+            continue  # dropped since (TDengine: its columns read nothing, even once recreated)
+        present = {c.name: c for c in source.columns}
+        for column, source_column in pairs:
+            found = present.get(source_column)
+            if found is None or found.type != column.type:
+                now = "is gone" if found is None else f"is now {found.type.name}"
+                raise CatalogError(
+                    f"virtual table {info.db}.{info.name}: column {column.name} reads {db}.{table}.{source_column}, "
+                    f"which {now} (the column is {column.type.name})"
+                )
+        rows = table_frame(spark, warehouse, source, key_range=key_range, tags=False)
+        frames.append(rows.select(F.col(source.primary_key).alias(pk), *(F.col(s).alias(c.name) for c, s in pairs)))
+    if frames:
+        data = reduce(lambda a, b: a.join(b, on=pk, how="full_outer"), frames)
+    else:
+        data = spark.createDataFrame([], spark_schema(arrow_schema(info.columns[:1], with_tbname=False)))
+    present = set(data.columns)
+    data = data.select(
+        F.col(pk),
+        *(
+            F.col(c.name) if c.name in present else F.lit(None).cast(spark_type(arrow_type(c.type))).alias(c.name)
+            for c in info.columns[1:]
+        ),
+    ).withColumn("tbname", F.lit(info.name))
+    return with_tags(spark, warehouse, info, data) if info.kind == "child" and tags else data
 
 
 def _of_children(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any) -> Any:
@@ -146,8 +219,10 @@ class SparkViews:
         warehouse: Warehouse,
         default_db: str | None,
         floors: dict[str, tuple[int, int]] | None = None,
+        used: frozenset[str] | None = None,
     ) -> None:
         self.spark = spark
+        self.used = used  # the columns the query names: a virtual table's rows depend on them
         # db.table → (primary timestamp below which the query reads none of its rows, the
         # version it reads): a last-row query proven to need only the newest (compute/newest.py)
         self.floors = floors or {}
@@ -189,7 +264,9 @@ class SparkViews:
             view = f"__tds_{next(self._counter)}"
             floor, version = self.floors.get(key, (None, None))
             key_range = None if floor is None else (floor, 2**63 - 1)
-            self._pending[view] = lambda: table_frame(self.spark, self.warehouse, info, version, key_range)
+            self._pending[view] = lambda: table_frame(
+                self.spark, self.warehouse, info, version, key_range, used=self.used
+            )
             precision = self.warehouse.database(info.db).precision
             self._views[key] = SourceTable(key, view, info.kind, info.columns, info.tags, precision)
         return self._views[key]

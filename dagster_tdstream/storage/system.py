@@ -24,7 +24,7 @@ from .warehouse import Warehouse
 
 SYSTEM_DB = "information_schema"
 
-TS, INT, BIGINT = DataType("TIMESTAMP"), DataType("INT"), DataType("BIGINT")
+TS, INT, BIGINT, BOOL = DataType("TIMESTAMP"), DataType("INT"), DataType("BIGINT"), DataType("BOOL")
 
 
 def _name(length: int = 192) -> DataType:
@@ -38,7 +38,7 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
     ),
     "ins_stables": (
         ColumnDef("stable_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
-        ColumnDef("columns", INT), ColumnDef("tags", INT),
+        ColumnDef("columns", INT), ColumnDef("tags", INT), ColumnDef("isvirtual", BOOL),
     ),
     "ins_tables": (
         ColumnDef("table_name", _name()), ColumnDef("db_name", _name()), ColumnDef("create_time", TS),
@@ -90,8 +90,8 @@ def system_table(warehouse: Warehouse, name: str, db: str | None = None) -> pa.T
     columns = {}
     for i, col in enumerate(schema):
         values = [row[i] for row in rows]
-        arrow = (
-            pa.int64() if col.type.name in ("TIMESTAMP", "BIGINT") else pa.int32() if col.type == INT else pa.string()
+        arrow = {"TIMESTAMP": pa.int64(), "BIGINT": pa.int64(), "INT": pa.int32(), "BOOL": pa.bool_()}.get(
+            col.type.name, pa.string()
         )
         columns[col.name] = pa.array(values, arrow)
     return pa.table(columns)
@@ -121,7 +121,7 @@ def _dbs(warehouse: Warehouse, db: str | None) -> list[str]:
 def _stables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
     hidden = tsma_outputs(warehouse)
     return [
-        [t.name, t.db, t.created_at, len(t.columns), len(t.tags)]
+        [t.name, t.db, t.created_at, len(t.columns), len(t.tags), t.virtual]
         for name in _dbs(warehouse, db)
         for t in warehouse.catalog.list_tables(name, ["super"])
         if (t.db, t.name) not in hidden
@@ -177,7 +177,7 @@ def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
             len(t.columns),
             t.stable,
             t.uid,
-            "CHILD_TABLE" if t.kind == "child" else "NORMAL_TABLE",
+            ("VIRTUAL_" if t.virtual else "") + ("CHILD_TABLE" if t.kind == "child" else "NORMAL_TABLE"),
         ]
         for name in _dbs(warehouse, db)
         for t in warehouse.catalog.list_tables(name, ["child", "normal"])

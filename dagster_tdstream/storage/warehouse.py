@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CatalogError
+from ..errors import CatalogError, WriteRejectedError
 from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from . import keyspans
@@ -153,7 +153,10 @@ class Warehouse:
         *,
         is_super: bool,
         if_not_exists: bool,
+        virtual: bool = False,
     ) -> bool:
+        """A super or normal table; ``virtual``: a virtual super table (its child tables read
+        other tables' columns: it stores nothing)."""
         self.database(db)
         created_at = time.time_ns() // 1_000_000
         info = TableInfo(
@@ -164,6 +167,7 @@ class Warehouse:
             created_at=created_at,
             columns=columns,
             tags=tags,
+            refs={} if virtual else None,
         )
         with self.catalog.transaction() as conn:
             if self.catalog.get_table(db, name, conn) is not None:
@@ -173,7 +177,19 @@ class Warehouse:
             self.catalog.add_table(conn, info)
             # the Delta table is created inside the catalog transaction: if creating it fails
             # the catalog row is rolled back with it
-            self.delta.create(db, name, arrow_schema(columns, with_tbname=is_super))
+            if not virtual:
+                self.delta.create(db, name, arrow_schema(columns, with_tbname=is_super))
+        return True
+
+    def create_virtual_table(self, info: TableInfo, *, if_not_exists: bool) -> bool:
+        """A virtual normal or child table (``info.refs`` its column sources, checked): a
+        catalog row, no storage."""
+        with self.catalog.transaction() as conn:
+            if self.catalog.get_table(info.db, info.name, conn) is not None:
+                if if_not_exists:
+                    return False
+                raise CatalogError(f"table {info.db}.{info.name} already exists")
+            self.catalog.add_table(conn, info)
         return True
 
     def create_child_tables(self, children: Sequence[TableInfo]) -> list[TableInfo]:
@@ -201,6 +217,12 @@ class Warehouse:
         )
 
     def drop_table(self, info: TableInfo) -> None:
+        if info.virtual:  # nothing stored: its catalog rows (a virtual super table's children too)
+            with self.catalog.transaction() as conn:
+                if info.kind == "super":
+                    self.catalog.drop_children(conn, info.db, info.name)
+                self.catalog.drop_table(conn, info.db, info.name)
+            return
         if info.kind == "child":
             assert info.stable is not None
             with self.catalog.transaction() as conn:
@@ -236,6 +258,12 @@ class Warehouse:
         ``range_predicate``/``keys_predicate``) the matching rows that ``batches`` do not write
         again are removed in the same commit (recalculation overwrites a range of a stream's
         output, or retracts windows that disappeared)."""
+        for batch in batches:
+            if batch.table.virtual:
+                raise WriteRejectedError(
+                    f"{batch.table.db}.{batch.table.name} is a virtual table: it reads its sources' columns and "
+                    "stores no rows (write to its source tables)"
+                )
         self.recover_writes()  # an earlier statement's tables first: their rows came before these
         created = self.create_child_tables(new_children)
         try:
