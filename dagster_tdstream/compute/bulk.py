@@ -51,7 +51,7 @@ from ..triggers.tick import group_expr_value, group_identities, queue_record
 _STATE = "__STATE__"  # the UDF's row carrying a group's final state rather than a trigger
 _OUTPUT_SCHEMA = "group_key string, event string, wstart long, wend long, row_count long, detail string"
 _ALL = "__all"  # the single group of a stream without PARTITION BY
-_STATE = "__state"  # a STATE_WINDOW expression's value
+_STATE_VALUE = "__state_value"  # a STATE_WINDOW expression's value, a column of the rows
 LOCAL_ROWS = 200_000  # trigger tables up to this size are derived in this process
 DRIVER_ISLANDS = 1_000_000  # STATE_WINDOW / SESSION islands up to this many are replayed in this process
 
@@ -199,8 +199,8 @@ def derive_windows(
     if isinstance(trigger, StateTrigger) and trigger.expr is not None and admission.pre_filter is None:
         # STATE_WINDOW(expression): the state a column of its own, computed as queries compute it
         state = row_expression(source, trigger.expr, ctx).sql
-        frame = frame.alias("d").select("*", F.expr(state).alias(_STATE))
-        trigger = replace(trigger, column=_STATE, expr=None)
+        frame = frame.alias("d").select("*", F.expr(state).alias(_STATE_VALUE))
+        trigger = replace(trigger, column=_STATE_VALUE, expr=None)
     names = list(stream.group_columns) or [_ALL]
     if not stream.group_columns:
         frame = frame.withColumn(_ALL, F.lit(0))
