@@ -4,6 +4,7 @@ Spark bulk path giving the same windows as the incremental engine."""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pyarrow.compute as pc
@@ -210,6 +211,67 @@ def test_bulk_sessions_equal_the_engine_replay(
     assert sorted(b[2:5] for b in bulk) == [
         (T, T, 1), (T, T + 5000, 4), (T + 10000, T + 10000, 1), (T + 20000, T + 20000, 1)
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("window", "events"),
+    [
+        ("count_window(3)", "window_close"),
+        ("count_window(4, 2, v)", "window_open|window_close"),
+        ("count_window(1)", "window_close"),
+    ],
+)
+@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
+def test_bulk_count_windows_equal_the_engine_replay(
+    session: Session, spark: object, local_rows: int, window: str, events: str
+) -> None:
+    """COUNT_WINDOW in bulk (row numbers in Spark, tumbling and sliding, counted columns,
+    WINDOW_OPEN) against the row replay: windows, and states down to the last counted rows;
+    a table whose rows never count still has its event time."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (1); create table c using st tags (2);"
+        f"insert into a values ({T}, 1) ({T + 1000}, NULL) ({T + 2000}, 2) ({T + 3000}, 3) ({T + 4000}, 4)"
+        f" ({T + 5000}, NULL) ({T + 6000}, 6) ({T + 7000}, 7) ({T + 8000}, 8) ({T + 9000}, 9);"
+        f"insert into b values ({T + 500}, 5) ({T + 600}, 6);"
+        f"insert into c values ({T}, NULL) ({T + 100}, NULL);"
+        f"create stream sc {window} from st partition by tbname stream_options(fill_history|event_type({events})) "
+        "into sc_out as select _twstart, count(*) from %%trows"
+    )
+    bulk, states = _bulk_as_replayed(session, spark, "d.sc", "tbname", ["v"], local_rows=local_rows)
+    closed = sorted(b[2:5] for b in bulk if b[0] == '["a"]' and b[1] == "WINDOW_CLOSE")
+    if window == "count_window(3)":  # every row counts: T..T+2s, T+3s..T+5s, T+6s..T+8s; T+9s open
+        assert closed == [(T, T + 2000, 3), (T + 3000, T + 5000, 3), (T + 6000, T + 8000, 3)]
+        assert states['["a"]']["recent"] == [T + 7000, T + 8000, T + 9000]
+    elif window == "count_window(4, 2, v)":  # the NULL rows do not count: T, +2, +3, +4, +6, +7, +8, +9
+        assert closed == [(T, T + 4000, 4), (T + 3000, T + 7000, 4), (T + 6000, T + 9000, 4)]
+        assert states['["c"]']["counted"] == 0 and states['["c"]']["max_ts"] == T + 100
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bulk_count_windows_on_generated_data_equal_the_engine_replay(
+    session: Session, spark: object, seed: int
+) -> None:
+    """Generated tables (gaps in time, NULLs in the counted column, tables shorter than a
+    window) and a size and slide drawn at random: Spark's row numbers give the replay's
+    windows and states."""
+    rng = random.Random(seed)
+    size = rng.randint(1, 6)
+    slide = rng.randint(1, size)
+    columns = rng.choice(["", ", v"])
+    statements = ["create database d", "use d", "create stable st (ts timestamp, v int) tags (g int)"]
+    for table in range(rng.randint(1, 4)):
+        statements.append(f"create table t{table} using st tags ({table})")
+        stamps = sorted(rng.sample(range(0, 60_000, 100), rng.randint(0, 40)))
+        values = " ".join(f"({T + ts}, {rng.choice(['NULL', rng.randint(0, 9)])})" for ts in stamps)
+        if values:
+            statements.append(f"insert into t{table} values {values}")
+    statements.append(
+        f"create stream sg count_window({size}, {slide}{columns}) from st partition by tbname "
+        "stream_options(fill_history|event_type(window_open|window_close)) into sg_out as select _twstart, count(*) from %%trows"
+    )
+    session.execute(";".join(statements))
+    _bulk_as_replayed(session, spark, "d.sg", "tbname", ["v"], local_rows=0)
 
 
 @pytest.mark.parametrize("partition", ["tbname", "g"])
