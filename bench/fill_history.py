@@ -37,6 +37,7 @@ START = 1_700_000_000_000  # ms
 STREAMS = {
     "interval": "interval(1m) sliding(1m)",
     "state_window": "state_window(phase)",
+    "count_window": "count_window(600)",
 }
 
 
@@ -95,6 +96,12 @@ def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
         sql = (
             "SELECT tbname, ts - pmod(ts, 60000) AS w, count(*), avg(current), max(voltage) FROM meters_raw "
             "GROUP BY tbname, ts - pmod(ts, 60000)"
+        )
+    elif kind == "count_window":  # row numbers: every 600 rows of a table a window
+        sql = (
+            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
+            " SELECT *, (row_number() OVER (PARTITION BY tbname ORDER BY ts) - 1) DIV 600 AS n FROM meters_raw)"
+            " GROUP BY tbname, n"
         )
     else:  # gaps-and-islands: a new window where the phase changes
         sql = (

@@ -251,76 +251,55 @@ def derive_windows(
 
 
 def _count_windows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger) -> Any:
-    """COUNT_WINDOW's windows by row numbers, one row each: a window closes at counted row
-    k·slide + size − 1 and starts at counted row k·slide (WINDOW_OPEN there, when asked for);
-    beside them each group's last ``size`` counted rows (its state's ``recent``, with the
-    count) and its newest row, counted or not (the trigger's event time)."""
+    """COUNT_WINDOW's windows by row numbers, in one pass over the rows: each counted row's
+    number in its group (a running count), the group's count and newest row; kept are the
+    rows a window starts at (counted row k·slide) or ends at (k·slide + size − 1), the last
+    ``size`` counted rows (the state's ``recent``) and the newest row, counted or not (the
+    trigger's event time)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     ts = F.col(f"`{pk}`")
     size, slide = trigger.size, trigger.slide
-    counted = frame
+    counts = F.lit(True)
     if trigger.columns:  # only rows with a value in a listed column count
-        counted = frame.where(reduce(operator.or_, (F.col(f"`{c}`").isNotNull() for c in trigger.columns)))
+        counts = reduce(operator.or_, (F.col(f"`{c}`").isNotNull() for c in trigger.columns))
     keys = [F.col(f"`{g}`") for g in groups]
-    over = Window.partitionBy(*keys).orderBy(ts)
-    numbered = counted.select(
+    one = F.when(counts, 1).otherwise(0)
+    running = Window.partitionBy(*keys).orderBy(ts).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    whole = Window.partitionBy(*keys)
+    marked = frame.select(
         *keys,
         ts.alias("__ts"),
-        (F.row_number().over(over) - 1).alias("__rn"),
-        F.lag(ts, size - 1).over(over).alias("__first"),
-        F.count(F.lit(1)).over(Window.partitionBy(*keys)).alias("__total"),
+        counts.alias("__counted"),
+        (F.sum(one).over(running) - 1).alias("__rn"),
+        F.sum(one).over(whole).alias("__total"),
+        F.max(ts).over(whole).alias("__newest"),
     )
-
-    def rows(kind: str, where: Any, a: Any, b: Any, n: Any) -> Any:
-        return numbered.where(where).select(
-            *keys, F.lit(kind).alias("__kind"), a.alias("__a"), b.cast("long").alias("__b"), n.cast("long").alias("__n")
-        )
-
     rn = F.col("__rn")
-    parts = [
-        rows(
-            WINDOW_CLOSE,
-            (rn >= size - 1) & ((rn - (size - 1)) % slide == 0),
-            F.col("__first"),
-            F.col("__ts"),
-            F.lit(size),
-        ),
-        rows("TAIL", rn >= F.col("__total") - size, F.col("__ts"), rn, F.col("__total")),
-    ]
-    if WINDOW_OPEN in trigger.events:
-        parts.append(rows(WINDOW_OPEN, rn % slide == 0, F.col("__ts"), F.col("__ts"), F.lit(0)))
-    newest = frame.groupBy(*keys).agg(F.max(ts).alias("__a")).select(
-        *keys, F.lit("NEWEST").alias("__kind"), "__a", F.lit(None).cast("long").alias("__b"),
-        F.lit(None).cast("long").alias("__n"),
-    )  # fmt: skip
-    result = newest
-    for part in parts:
-        result = result.unionByName(part)
-    return result
+    starts = rn % slide == 0
+    ends = (rn >= size - 1) & ((rn - (size - 1)) % slide == 0)
+    tail = rn >= F.col("__total") - size
+    return marked.where((F.col("__counted") & (starts | ends | tail)) | (F.col("__ts") == F.col("__newest")))
 
 
 def _group_counts(trigger: CountTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
-    """COUNT_WINDOW: one group's windows, tail and newest row in, its triggers and the state
-    the row replay leaves (held to it by ``tests/test_history.py``) out."""
-    events = {WINDOW_OPEN: 0, WINDOW_CLOSE: 1}  # at one row the replay opens before it closes
+    """COUNT_WINDOW: one group's marked rows in, its triggers and the state the row replay
+    leaves (held to it by ``tests/test_history.py``) out."""
+    size, slide, opens = trigger.size, trigger.slide, WINDOW_OPEN in trigger.events
 
     def per_group(data: pa.Table) -> pa.Table:
-        kinds, a, b, n = (data.column(c).to_pylist() for c in ("__kind", "__a", "__b", "__n"))
-        state = RowState()
+        names = ("__ts", "__counted", "__rn", "__total", "__newest")
+        stamps, counted, numbers, totals, newest = (data.column(c).to_pylist() for c in names)
+        at = {rn: stamp for stamp, rn, c in zip(stamps, numbers, counted, strict=True) if c}
+        total = totals[0]
         fired = []
-        tail = []
-        for kind, first, last, count in zip(kinds, a, b, n, strict=True):
-            if kind == "NEWEST":
-                state.max_ts = first
-            elif kind == "TAIL":
-                tail.append((last, first))
-                state.counted = count
-            else:
-                fired.append(Fired(kind, first, last, count, {}))
-        state.recent = [stamp for _, stamp in sorted(tail)]
-        fired.sort(key=lambda f: (f.end, events[f.event]))
+        for rn in sorted(at):  # at one row the replay opens before it closes
+            if opens and rn % slide == 0:
+                fired.append(Fired(WINDOW_OPEN, at[rn], at[rn], 0, {}))
+            if rn >= size - 1 and (rn - size + 1) % slide == 0:
+                fired.append(Fired(WINDOW_CLOSE, at[rn - size + 1], at[rn], size, {}))
+        state = RowState(max_ts=newest[0], counted=total, recent=[at[rn] for rn in sorted(at) if rn >= total - size])
         return _output(_group_key(data, group_columns), fired, state)
 
     return per_group
