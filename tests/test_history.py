@@ -274,6 +274,64 @@ def test_bulk_count_windows_on_generated_data_equal_the_engine_replay(
     _bulk_as_replayed(session, spark, "d.sg", "tbname", ["v"], local_rows=0)
 
 
+@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
+def test_bulk_event_windows_equal_the_engine_replay(session: Session, spark: object, local_rows: int) -> None:
+    """EVENT_WINDOW … END WITH in bulk (segments between end rows found by Spark) against the
+    row replay: a row meeting both conditions is a window of its own, an end row outside a
+    window closes nothing, NULLs meet no condition, TRUE_FOR drops short windows, the last
+    window stays open; WINDOW_OPEN and the conditions' values in the details."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int, w double) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1, 0) ({T + 1000}, 9, 0) ({T + 2000}, 5, 1) ({T + 3000}, NULL, 0)"
+        f" ({T + 4000}, 6, 0) ({T + 5000}, 7, 2) ({T + 6000}, 5, 8.5) ({T + 7000}, 2, 0) ({T + 9000}, 5, 0)"
+        f" ({T + 9500}, 1, 0);"
+        f"insert into b values ({T}, 5, 0) ({T + 1000}, 6, 9);"
+        "create stream se event_window(start with v >= 5 end with w > 1 or v = 9) true_for(1s) from st partition by tbname "
+        "stream_options(fill_history|event_type(window_open|window_close)) into se_out as select _twstart, count(*) from %%trows"
+    )
+    bulk, states = _bulk_as_replayed(session, spark, "d.se", "tbname", ["v", "w"], local_rows=local_rows)
+    closed = sorted(b[2:6] for b in bulk if b[0] == '["a"]' and b[1] == "WINDOW_CLOSE")
+    # by hand: T+1s opens and closes at once (v = 9; under 1 s: dropped); T+2s..T+5s (w = 2) closes;
+    # T+6s alone (w = 8.5, dropped); T+9s opens, still open
+    assert closed == [(T + 2000, T + 5000, 4, {"conditionIndex": 0, "fieldValue": {"v": 7, "w": 2.0}})]
+    assert states['["a"]']["open"] and states['["a"]']["start"] == T + 9000 and states['["a"]']["count"] == 2
+    # b's window lasts exactly TRUE_FOR (inclusive): written
+    assert [b[2:5] for b in bulk if b[0] == '["b"]' and b[1] == "WINDOW_CLOSE"] == [(T, T + 1000, 2)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bulk_event_windows_on_generated_data_equal_the_engine_replay(
+    session: Session, spark: object, seed: int
+) -> None:
+    """Generated tables and conditions drawn at random (several start and end conditions,
+    NULLs, TRUE_FOR or not): Spark's segments give the replay's windows, details and states."""
+    rng = random.Random(seed)
+    statements = ["create database d", "use d", "create stable st (ts timestamp, v int, w int) tags (g int)"]
+    for table in range(rng.randint(1, 3)):
+        statements.append(f"create table t{table} using st tags ({table})")
+        stamps = sorted(rng.sample(range(0, 60_000, 100), rng.randint(0, 50)))
+        values = " ".join(
+            f"({T + ts}, {rng.choice(['NULL', rng.randint(0, 9)])}, {rng.choice(['NULL', rng.randint(0, 9)])})"
+            for ts in stamps
+        )
+        if values:
+            statements.append(f"insert into t{table} values {values}")
+
+    def condition() -> str:
+        return f"{rng.choice(['v', 'w'])} {rng.choice(['>', '<', '=', '>='])} {rng.randint(0, 9)}"
+
+    starts = ", ".join(condition() for _ in range(rng.randint(1, 2)))
+    ends = ", ".join(condition() for _ in range(rng.randint(1, 2)))
+    true_for = rng.choice(["", " true_for(500a)"])
+    statements.append(
+        f"create stream sg event_window(start with ({starts}) end with ({ends})){true_for} from st partition by tbname "
+        "stream_options(fill_history|event_type(window_open|window_close)) into sg_out as select _twstart, count(*) from %%trows"
+    )
+    session.execute(";".join(statements))
+    _bulk_as_replayed(session, spark, "d.sg", "tbname", ["v", "w"], local_rows=0)
+
+
 @pytest.mark.parametrize("partition", ["tbname", "g"])
 @pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
 def test_bulk_interval_windows_equal_the_engine_replay(
