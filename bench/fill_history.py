@@ -38,7 +38,7 @@ STREAMS = {
     "interval": "interval(1m) sliding(1m)",
     "state_window": "state_window(phase)",
     "count_window": "count_window(600)",
-    "event_window": "event_window(start with phase = 1 end with phase = 2)",
+    "event_window": "event_window(start with phase = 0 end with phase = 1)",
 }
 
 
@@ -107,8 +107,8 @@ def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
     elif kind == "event_window":  # segments between end rows, each from its first start row
         sql = (
             "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
-            " SELECT *, min(CASE WHEN phase = 1 THEN ts END) OVER (PARTITION BY tbname, seg) AS opened FROM ("
-            "  SELECT *, coalesce(sum(CASE WHEN phase = 2 THEN 1 ELSE 0 END) OVER (PARTITION BY tbname ORDER BY ts"
+            " SELECT *, min(CASE WHEN phase = 0 THEN ts END) OVER (PARTITION BY tbname, seg) AS opened FROM ("
+            "  SELECT *, coalesce(sum(CASE WHEN phase = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY tbname ORDER BY ts"
             "  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS seg FROM meters_raw))"
             " WHERE ts >= opened GROUP BY tbname, seg"
         )

@@ -248,21 +248,21 @@ def derive_windows(
         # EVENT_WINDOW … END WITH: a window never outlives the first end row after its start,
         # so the rows between end rows are segments holding one window at most (found by Spark)
         conditions = [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
-        segments = _event_segments(frame.alias("d"), names, table.primary_key, trigger, conditions).toArrow()
-        result = _each_group(segments, names, _group_events(trigger, stream.group_columns))
+        edges = _event_edges(frame.alias("d"), names, table.primary_key, trigger, conditions).toArrow()
+        result = _each_group(edges, names, _group_events(trigger, stream.group_columns))
     else:
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     return _derived(warehouse, stream, result)
 
 
-def _event_segments(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, conditions: list[list[str]]) -> Any:
-    """EVENT_WINDOW with END WITH as segments: a segment is the rows after one end row (a row
-    meeting an end condition) up to and including the next. A window opens at the first row
-    meeting a start condition and closes at the first end row from there — the segment's last
-    row — so each segment holds at most one window: its first start row (condition index and
-    the condition columns' values), its end row (likewise), the rows from the start on, its
-    last row (an open window's last row)."""
+def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, conditions: list[list[str]]) -> Any:
+    """EVENT_WINDOW with END WITH, in one ordered pass: a window opens at a row meeting a start
+    condition and closes at the first row from there meeting an end condition, so a row opens
+    a window when no start row came since the last end row before it, and a row meeting an end
+    condition closes one when a start row came since then (it is a member). Only those rows
+    (with their condition index, the condition columns' values and their row number, which
+    counts a window's members) and each group's newest row come back."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -271,65 +271,59 @@ def _event_segments(frame: Any, groups: list[str], pk: str, trigger: EventTrigge
 
     ts = F.col(f"`{pk}`")
     keys = [F.col(f"`{g}`") for g in groups]
-    fields = None
-    if trigger.condition_columns:  # nullable (min_by/max_by give NULL edges), which Spark cannot fold away
-        fields = F.when(ts.isNotNull(), F.struct(*(F.col(f"`{c}`") for c in trigger.condition_columns)))
     rows = frame.select(
         *keys, ts.alias("__ts"), first_holding(conditions[0]).alias("__s"), first_holding(conditions[1]).alias("__e"),
-        *([fields.alias("__fields")] if fields is not None else []),
+        *(F.col(f"`{c}`") for c in trigger.condition_columns),
     )  # fmt: skip
-    before = Window.partitionBy(*keys).orderBy("__ts").rowsBetween(Window.unboundedPreceding, -1)
-    is_end = F.when(F.col("__e").isNotNull(), 1).otherwise(0)
-    rows = rows.withColumn("__seg", F.coalesce(F.sum(is_end).over(before), F.lit(0)))
+    order = Window.partitionBy(*keys).orderBy("__ts")
+    before = order.rowsBetween(Window.unboundedPreceding, -1)
     start_ts = F.when(F.col("__s").isNotNull(), F.col("__ts"))
-    rows = rows.withColumn("__open", F.min(start_ts).over(Window.partitionBy(*keys, F.col("__seg"))))
     end_ts = F.when(F.col("__e").isNotNull(), F.col("__ts"))
-    detail = ["__s", "__e", *(["__fields"] if fields is not None else [])]
-    edge = F.struct(*(F.col(c) for c in detail))
-    return rows.groupBy(*keys, "__seg").agg(
-        F.min("__open").alias("__start"),
-        F.min_by(edge, start_ts).alias("__opened"),
-        F.max(end_ts).alias("__end"),
-        F.max_by(edge, end_ts).alias("__closed"),
-        F.max("__ts").alias("__last"),
-        F.count(F.when(F.col("__ts") >= F.col("__open"), 1)).alias("__members"),
+    # the newest start and end rows before this one: a window is open before it when a start
+    # row came after the last end row
+    last_start, last_end = (
+        F.last(start_ts, ignorenulls=True).over(before),
+        F.last(end_ts, ignorenulls=True).over(before),
     )
+    open_before = last_start.isNotNull() & (last_end.isNull() | (last_start > last_end))
+    rows = rows.select(
+        "*",
+        (F.col("__s").isNotNull() & ~open_before).alias("__opens"),
+        (F.col("__e").isNotNull() & (open_before | F.col("__s").isNotNull())).alias("__closes"),
+        F.row_number().over(order).alias("__rn"),
+        F.max("__ts").over(Window.partitionBy(*keys)).alias("__newest"),
+    )
+    return rows.where(F.col("__opens") | F.col("__closes") | (F.col("__ts") == F.col("__newest")))
 
 
 def _group_events(trigger: EventTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
-    """EVENT_WINDOW … END WITH: one group's segments in, its triggers and the state the row
-    replay leaves (held to it by ``tests/test_history.py``) out: windows closed at their
-    segment's end row (TRUE_FOR applied), the last segment's window open."""
+    """EVENT_WINDOW … END WITH: one group's opening, closing and newest rows in, its triggers and
+    the state the row replay leaves (held to it by ``tests/test_history.py``) out: a window's
+    members are the rows from its opening row to its closing one (TRUE_FOR applied), the last
+    window open when no row closed it."""
     names = trigger.condition_columns
 
-    def fields(edge: dict[str, Any]) -> dict[str, Any]:
-        values = edge.get("__fields") or {}
-        return {name: values.get(name) for name in names}
-
     def per_group(data: pa.Table) -> pa.Table:
-        order = sorted(range(data.num_rows), key=data.column("__seg").to_pylist().__getitem__)
-        columns = {
-            c: data.column(c).to_pylist() for c in ("__start", "__opened", "__end", "__closed", "__last", "__members")
-        }
-        state, fired = RowState(), []
-        state.max_ts = max(columns["__last"]) if data.num_rows else None
-        for i in order:
-            start, opened = columns["__start"][i], columns["__opened"][i]
-            if start is None:
-                continue  # no row of the segment meets a start condition: no window
-            state.open, state.start, state.count, state.key = True, start, columns["__members"][i], opened["__s"]
-            if WINDOW_OPEN in trigger.events:
-                fired.append(
-                    Fired(WINDOW_OPEN, start, start, 0, {"conditionIndex": opened["__s"], "fieldValue": fields(opened)})
-                )
-            end = columns["__end"][i]
-            state.last = end if end is not None else columns["__last"][i]
-            if end is not None:
+        data = data.sort_by("__ts")
+        columns = {c: data.column(c).to_pylist() for c in ("__ts", "__s", "__e", "__opens", "__closes", "__rn")}
+        values = [data.column(n).to_pylist() for n in names]
+        state, fired, opened_rn = RowState(), [], 0
+        state.max_ts = data.column("__newest")[0].as_py()
+        for i, ts in enumerate(columns["__ts"]):
+            fields = {name: column[i] for name, column in zip(names, values, strict=True)}
+            if columns["__opens"][i]:
+                state.open, state.start, state.key, opened_rn = True, ts, columns["__s"][i], columns["__rn"][i]
+                if WINDOW_OPEN in trigger.events:
+                    fired.append(Fired(WINDOW_OPEN, ts, ts, 0, {"conditionIndex": state.key, "fieldValue": fields}))
+            if state.open:  # the newest row, an open window's last member so far; or its closing row
+                state.last, state.count = ts, columns["__rn"][i] - opened_rn + 1
+            if columns["__closes"][i]:
                 state.open = False
-                closed = columns["__closed"][i]
-                if WINDOW_CLOSE in trigger.events and (trigger.true_for is None or end - start >= trigger.true_for):
-                    detail = {"conditionIndex": closed["__e"], "fieldValue": fields(closed)}
-                    fired.append(Fired(WINDOW_CLOSE, start, end, state.count, detail))
+                if WINDOW_CLOSE in trigger.events and (
+                    trigger.true_for is None or ts - state.start >= trigger.true_for
+                ):
+                    detail = {"conditionIndex": columns["__e"][i], "fieldValue": fields}
+                    fired.append(Fired(WINDOW_CLOSE, state.start, ts, state.count, detail))
         return _output(_group_key(data, group_columns), fired, state)
 
     return per_group
