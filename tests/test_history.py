@@ -364,6 +364,43 @@ def test_bulk_interval_windows_equal_the_engine_replay(
         assert (T, T + 2000, 3) in [b[2:5] for b in bulk if b[0] == "[1]"]
 
 
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        "interval(2s) sliding(1s)",
+        "state_window(s)",
+        "session(ts, 1500a)",
+        "count_window(2)",
+        "event_window(start with s >= 2 end with s = 3)",
+    ],
+)
+def test_bulk_pre_filter_in_spark_equals_the_rows_the_trigger_admits(
+    session: Session, spark: object, trigger: str
+) -> None:
+    """PRE_FILTER in bulk: Spark keeps the rows the condition holds for (NULL: not kept) and
+    every trigger type derives from them what the in-process path gives, which admits row by
+    row as the trigger task does."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, s int, k varchar(8)) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1, 'x') ({T + 1000}, 2, 'y') ({T + 2000}, 2, NULL) ({T + 3000}, 3, 'x')"
+        f" ({T + 5000}, 3, 'x') ({T + 6000}, 1, 'y') ({T + 7000}, 2, 'x') ({T + 9000}, 3, 'x');"
+        f"insert into b values ({T}, 2, 'x') ({T + 1000}, 3, 'y') ({T + 4000}, 2, 'x');"
+        f"create stream sp {trigger} from st partition by tbname "
+        "stream_options(fill_history|pre_filter(k = 'x' or s > 2)) into sp_out as select _twstart, count(*) from %%trows"
+    )
+    stream = load_stream(session.warehouse, "d.sp")
+    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
+    in_process = derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+
+    def fired(derived: Any) -> list[tuple[Any, ...]]:
+        keys = ("group_values", "event", "wstart", "wend", "row_count", "detail")
+        return sorted(tuple(t[k] for k in keys) for t in derived.triggers)
+
+    assert fired(in_spark) == fired(in_process) and fired(in_spark)
+    assert in_spark.states == in_process.states
+
+
 @pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
 def test_bulk_windows_equal_the_engine_replay(session: Session, spark: object, local_rows: int) -> None:
     """Both bulk paths (the Spark job for large tables, this process for small ones) run the

@@ -189,16 +189,21 @@ def derive_windows(
     needed = {table.primary_key, "tbname", *stream.group_columns, *columns_read(trigger, admission)}  # type: ignore[arg-type]
     needed |= {n.name.lower() for e in stream.group_exprs.values() for n in walk(e) if isinstance(n, ast.Column)}
     frame = table_frame(spark, warehouse, table, version, tags=any(t.name in needed for t in table.tags))
-    if admission.history_start is not None:  # pruned in Spark; the UDF checks PRE_FILTER only
+    if admission.history_start is not None:  # pruned in Spark
         frame = frame.where(F.col(table.primary_key) >= admission.history_start)
         admission = Admission(None, admission.pre_filter)
     frame = frame.select(*[name for name in frame.columns if name in needed])
     source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
     ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
+    if admission.pre_filter is not None:
+        # the rows PRE_FILTER keeps are all the trigger sees (the replay drops the others
+        # whole), filtered by Spark as the run's query filters them: every path below applies
+        frame = frame.alias("d").where(F.expr(row_condition(source, admission.pre_filter, ctx)))
+        admission = Admission(None, None)
     if stream.group_exprs:  # a legacy PARTITION BY expression: computed as queries compute it
         sql = dict(zip(stream.group_columns, group_column_sql(stream, source, ctx), strict=True))
         frame = frame.alias("d").select("*", *[F.expr(sql[name]).alias(name) for name in stream.group_exprs])
-    if isinstance(trigger, StateTrigger) and trigger.expr is not None and admission.pre_filter is None:
+    if isinstance(trigger, StateTrigger) and trigger.expr is not None:
         # STATE_WINDOW(expression): the state a column of its own, computed as queries compute it
         state = row_expression(source, trigger.expr, ctx).sql
         frame = frame.alias("d").select("*", F.expr(state).alias(_STATE_VALUE))
@@ -207,7 +212,7 @@ def derive_windows(
     if not stream.group_columns:
         frame = frame.withColumn(_ALL, F.lit(0))
     columns = [F.col(f"`{name}`") for name in names]
-    if isinstance(trigger, WindowTrigger) and admission.pre_filter is None:
+    if isinstance(trigger, WindowTrigger):
         # INTERVAL: Spark counts the rows of each run sharing its windows; the state machine
         # replays runs, not rows (same windows and state: ``replay.bucket_changes``)
         pk = f"`{table.primary_key}`"
@@ -220,7 +225,7 @@ def derive_windows(
         # a run per (group, window) at most: few enough to replay here, which spares the
         # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
         result = _each_group(runs.toArrow(), names, _group_buckets(trigger, stream.group_columns))
-    elif isinstance(trigger, StateTrigger | SessionTrigger) and admission.pre_filter is None:
+    elif isinstance(trigger, StateTrigger | SessionTrigger):
         # STATE_WINDOW and SESSION: Spark finds the islands (gaps and islands: rows in one
         # state, rows within the gap of each other); the state machine replays two changes per
         # island (same windows: ``replay.island_changes``, ``replay.session_changes``)
@@ -238,13 +243,13 @@ def derive_windows(
             result = _each_group(few, names, per_group)
         else:
             result = islands.groupBy(*columns).applyInArrow(per_group, _OUTPUT_SCHEMA).toArrow()
-    elif isinstance(trigger, CountTrigger) and admission.pre_filter is None:
+    elif isinstance(trigger, CountTrigger):
         # COUNT_WINDOW: windows are row numbers (a table has one row per timestamp, and a
         # COUNT trigger on a super table is partitioned by tbname): Spark numbers the counted
         # rows and picks each window's first and last; the state is the tail
         rows = _count_windows(frame, names, table.primary_key, trigger).toArrow()
         result = _each_group(rows, names, _group_counts(trigger, stream.group_columns))
-    elif isinstance(trigger, EventTrigger) and trigger.ends and admission.pre_filter is None:
+    elif isinstance(trigger, EventTrigger) and trigger.ends:
         # EVENT_WINDOW … END WITH: a window never outlives the first end row after its start,
         # so the rows between end rows are segments holding one window at most (found by Spark)
         conditions = [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
