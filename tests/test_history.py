@@ -300,12 +300,33 @@ def test_bulk_event_windows_equal_the_engine_replay(session: Session, spark: obj
     assert [b[2:5] for b in bulk if b[0] == '["b"]' and b[1] == "WINDOW_CLOSE"] == [(T, T + 1000, 2)]
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["in-spark", "in-process"])
+def test_bulk_event_windows_without_end_equal_the_engine_replay(
+    session: Session, spark: object, local_rows: int
+) -> None:
+    """EVENT_WINDOW without END WITH in bulk: a window lasts while a start condition holds and
+    the first row none holds for closes it (detail: the opening condition's index)."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int); create table t using st tags (1);"
+        f"insert into t values ({T}, 1) ({T + 1000}, 5) ({T + 2000}, 9) ({T + 3000}, NULL) ({T + 4000}, 7)"
+        f" ({T + 5000}, 8);"
+        "create stream sn event_window(start with (v >= 9, v >= 5)) from st partition by tbname "
+        "stream_options(fill_history|event_type(window_open|window_close)) into sn_out as select _twstart, count(*) from %%trows"
+    )
+    bulk, states = _bulk_as_replayed(session, spark, "d.sn", "tbname", ["v"], local_rows=local_rows)
+    assert [b[1:6] for b in bulk if b[1] == "WINDOW_CLOSE"] == [
+        ("WINDOW_CLOSE", T + 1000, T + 2000, 2, {"conditionIndex": 1})
+    ]  # fmt: skip
+    assert states['["t"]']["open"] and states['["t"]']["start"] == T + 4000 and states['["t"]']["count"] == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_bulk_event_windows_on_generated_data_equal_the_engine_replay(
     session: Session, spark: object, seed: int
 ) -> None:
-    """Generated tables and conditions drawn at random (several start and end conditions,
-    NULLs, TRUE_FOR or not): Spark's segments give the replay's windows, details and states."""
+    """Generated tables and conditions drawn at random (several start and end conditions or
+    none — a window then lasts while a start condition holds —, NULLs, TRUE_FOR or not): the
+    rows Spark finds opening and closing windows give the replay's windows, details and states."""
     rng = random.Random(seed)
     statements = ["create database d", "use d", "create stable st (ts timestamp, v int, w int) tags (g int)"]
     for table in range(rng.randint(1, 3)):
@@ -322,10 +343,10 @@ def test_bulk_event_windows_on_generated_data_equal_the_engine_replay(
         return f"{rng.choice(['v', 'w'])} {rng.choice(['>', '<', '=', '>='])} {rng.randint(0, 9)}"
 
     starts = ", ".join(condition() for _ in range(rng.randint(1, 2)))
-    ends = ", ".join(condition() for _ in range(rng.randint(1, 2)))
+    ends = rng.choice(["", " end with (" + ", ".join(condition() for _ in range(rng.randint(1, 2))) + ")"])
     true_for = rng.choice(["", " true_for(500a)"])
     statements.append(
-        f"create stream sg event_window(start with ({starts}) end with ({ends})){true_for} from st partition by tbname "
+        f"create stream sg event_window(start with ({starts}){ends}){true_for} from st partition by tbname "
         "stream_options(fill_history|event_type(window_open|window_close)) into sg_out as select _twstart, count(*) from %%trows"
     )
     session.execute(";".join(statements))

@@ -249,9 +249,8 @@ def derive_windows(
         # rows and picks each window's first and last; the state is the tail
         rows = _count_windows(frame, names, table.primary_key, trigger).toArrow()
         result = _each_group(rows, names, _group_counts(trigger, stream.group_columns))
-    elif isinstance(trigger, EventTrigger) and trigger.ends:
-        # EVENT_WINDOW … END WITH: a window never outlives the first end row after its start,
-        # so the rows between end rows are segments holding one window at most (found by Spark)
+    elif isinstance(trigger, EventTrigger):
+        # EVENT_WINDOW: the rows that open and close windows, found in one ordered pass
         conditions = [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
         edges = _event_edges(frame.alias("d"), names, table.primary_key, trigger, conditions).toArrow()
         result = _each_group(edges, names, _group_events(trigger, stream.group_columns))
@@ -272,6 +271,8 @@ def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, 
     from pyspark.sql.window import Window
 
     def first_holding(side: list[str]) -> Any:  # the index of the first condition that is true
+        if not side:
+            return F.lit(None).cast("int")
         return F.expr("CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(side)) + " END")
 
     ts = F.col(f"`{pk}`")
@@ -281,22 +282,28 @@ def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, 
         *(F.col(f"`{c}`") for c in trigger.condition_columns),
     )  # fmt: skip
     order = Window.partitionBy(*keys).orderBy("__ts")
-    before = order.rowsBetween(Window.unboundedPreceding, -1)
-    start_ts = F.when(F.col("__s").isNotNull(), F.col("__ts"))
-    end_ts = F.when(F.col("__e").isNotNull(), F.col("__ts"))
-    # the newest start and end rows before this one: a window is open before it when a start
-    # row came after the last end row
-    last_start, last_end = (
-        F.last(start_ts, ignorenulls=True).over(before),
-        F.last(end_ts, ignorenulls=True).over(before),
-    )
-    open_before = last_start.isNotNull() & (last_end.isNull() | (last_start > last_end))
+    holds = F.col("__s").isNotNull()
+    if trigger.ends:
+        before = order.rowsBetween(Window.unboundedPreceding, -1)
+        start_ts, end_ts = F.when(holds, F.col("__ts")), F.when(F.col("__e").isNotNull(), F.col("__ts"))
+        # the newest start and end rows before this one: a window is open before it when a
+        # start row came after the last end row
+        last_start, last_end = (
+            F.last(start_ts, ignorenulls=True).over(before),
+            F.last(end_ts, ignorenulls=True).over(before),
+        )
+        open_before = last_start.isNotNull() & (last_end.isNull() | (last_start > last_end))
+        opens, closes = holds & ~open_before, F.col("__e").isNotNull() & (open_before | holds)
+    else:  # a window lasts while a start condition holds: a run of such rows
+        held_before = F.lag("__s").over(order).isNotNull()
+        opens, closes = holds & ~held_before, ~holds & held_before
     rows = rows.select(
         "*",
-        (F.col("__s").isNotNull() & ~open_before).alias("__opens"),
-        (F.col("__e").isNotNull() & (open_before | F.col("__s").isNotNull())).alias("__closes"),
+        opens.alias("__opens"),
+        closes.alias("__closes"),
         F.row_number().over(order).alias("__rn"),
         F.max("__ts").over(Window.partitionBy(*keys)).alias("__newest"),
+        F.lag("__ts").over(order).alias("__previous"),
     )
     return rows.where(F.col("__opens") | F.col("__closes") | (F.col("__ts") == F.col("__newest")))
 
@@ -310,12 +317,23 @@ def _group_events(trigger: EventTrigger, group_columns: tuple[str, ...]) -> Call
 
     def per_group(data: pa.Table) -> pa.Table:
         data = data.sort_by("__ts")
-        columns = {c: data.column(c).to_pylist() for c in ("__ts", "__s", "__e", "__opens", "__closes", "__rn")}
+        names_read = ("__ts", "__s", "__e", "__opens", "__closes", "__rn", "__previous")
+        columns = {c: data.column(c).to_pylist() for c in names_read}
         values = [data.column(n).to_pylist() for n in names]
         state, fired, opened_rn = RowState(), [], 0
         state.max_ts = data.column("__newest")[0].as_py()
         for i, ts in enumerate(columns["__ts"]):
             fields = {name: column[i] for name, column in zip(names, values, strict=True)}
+            if not trigger.ends and columns["__closes"][i]:
+                # the first row no start condition holds for closes the run before it
+                state.open, state.last, state.count = False, columns["__previous"][i], columns["__rn"][i] - opened_rn
+                if WINDOW_CLOSE in trigger.events and (
+                    trigger.true_for is None or state.last - state.start >= trigger.true_for
+                ):
+                    fired.append(
+                        Fired(WINDOW_CLOSE, state.start, state.last, state.count, {"conditionIndex": state.key})
+                    )
+                continue
             if columns["__opens"][i]:
                 state.open, state.start, state.key, opened_rn = True, ts, columns["__s"][i], columns["__rn"][i]
                 if WINDOW_OPEN in trigger.events:
