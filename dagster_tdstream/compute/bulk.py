@@ -254,19 +254,20 @@ def derive_windows(
         conditions = [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
         edges = _event_edges(frame.alias("d"), names, table.primary_key, trigger, conditions).toArrow()
         result = _each_group(edges, names, _group_events(trigger, stream.group_columns))
-    else:
+    else:  # SLIDING time points: each group replayed row by row in the executors
         udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
         result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
     return _derived(warehouse, stream, result)
 
 
 def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, conditions: list[list[str]]) -> Any:
-    """EVENT_WINDOW with END WITH, in one ordered pass: a window opens at a row meeting a start
+    """EVENT_WINDOW in one ordered pass. With END WITH a window opens at a row meeting a start
     condition and closes at the first row from there meeting an end condition, so a row opens
     a window when no start row came since the last end row before it, and a row meeting an end
-    condition closes one when a start row came since then (it is a member). Only those rows
-    (with their condition index, the condition columns' values and their row number, which
-    counts a window's members) and each group's newest row come back."""
+    condition closes one when a start row came since then (it is a member). Without, a window
+    is a run of rows a start condition holds for, closed by the first row none holds for. Only
+    those rows (their condition index, the condition columns' values, their row number, which
+    counts a window's members, the row before) and each group's newest row come back."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -309,7 +310,7 @@ def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, 
 
 
 def _group_events(trigger: EventTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
-    """EVENT_WINDOW … END WITH: one group's opening, closing and newest rows in, its triggers and
+    """EVENT_WINDOW: one group's opening, closing and newest rows in, its triggers and
     the state the row replay leaves (held to it by ``tests/test_history.py``) out: a window's
     members are the rows from its opening row to its closing one (TRUE_FOR applied), the last
     window open when no row closed it."""
