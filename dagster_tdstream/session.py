@@ -356,6 +356,9 @@ class Session:
     def _exec_dropvirtualtables(self, stmt: ast.DropVirtualTables) -> Result:
         return vtable.drop(self, stmt)
 
+    def _exec_altervirtualcolumn(self, stmt: ast.AlterVirtualColumn) -> Result:
+        return vtable.alter_column(self, stmt)
+
     def _child(self, spec: ast.ChildTableDef, default_db: str | None = None) -> tuple[TableInfo | None, TableInfo]:
         """The existing child table (or None) and the definition ``spec`` asks for."""
         db = normalize(spec.table.db) if spec.table.db else (default_db or self.db_of())

@@ -134,6 +134,26 @@ def test_virtual_table_rules_refuse_with_a_position_and_create_nothing(session: 
     assert output(session, "show vtables") == []
 
 
+def test_alter_vtable_points_a_column_at_another_source_and_sets_tags(session: Session) -> None:
+    session.execute(
+        SOURCES + V1 + ";create stable vs (ts timestamp, a int) tags (g int) virtual 1;"
+        "create vtable vc (a from t1.value) using vs tags (1)"
+    )
+    session.execute("alter vtable v1 alter column c5 set t2.value")
+    assert output(session, "select ts, c5 from v1") == [(2000, 20), (4000, 40), (5000, 50)]
+    session.execute("alter vtable v1 alter column c1 set null")
+    assert output(session, "select count(c1) from v1") == [(0,)]
+    described = session.execute("describe v1")[0].table
+    assert described is not None and described.column("ref").to_pylist()[1::4] == ["", "d.t2.value"]
+    with pytest.raises(TDStreamError, match="the timestamp column ts takes no source") as caught:
+        session.execute("alter vtable v1 alter column ts set t1.value")
+    assert caught.value.column == 30
+    with pytest.raises(TDStreamError, match="t1 is not a virtual normal or child table"):
+        session.execute("alter vtable t1 alter column value set t2.value")
+    session.execute("alter vtable vc alter column a set t3.value1; alter vtable vc set tag g = 5")
+    assert output(session, "select g, ts, a from vs") == [(5, 3000, 300), (5, 5000, 500)]
+
+
 def test_a_stream_query_reads_a_virtual_table(session: Session, harness: StreamHarness) -> None:
     """A stream triggers on a source table and its query reads the virtual table over the
     window: every source's rows in it, joined on the timestamp."""

@@ -4,9 +4,9 @@ Owns checking a virtual table against the catalog — each column's source an ex
 of a normal or child table (not a virtual one, not a tag, not its primary key) of exactly the
 column's type, in a database of the same precision; the timestamp column without a source; a
 virtual child table only under a virtual super table and a plain child table never under one —
-and creating it (a catalog row: it stores nothing), dropping it, and refusing to write into
-one. Reading one (the sources' rows joined on the timestamp) is ``storage/spark_read.py``'s.
-Does not touch Delta files, triggers or Dagster.
+and creating it (a catalog row: it stores nothing), pointing a column at another source,
+dropping it, and refusing to write into one. Reading one (the sources' rows joined on the
+timestamp) is ``storage/spark_read.py``'s. Does not touch Delta files, triggers or Dagster.
 """
 
 from __future__ import annotations
@@ -156,6 +156,27 @@ def _source(session: Session, db: str, column: ast.ColumnDef, ref: ast.ColumnRef
 
 def _type(dtype: ast.DataType) -> str:
     return dtype.name + (f"({dtype.length})" if dtype.length is not None else "")
+
+
+def alter_column(session: Session, stmt: ast.AlterVirtualColumn) -> Result:
+    """A column of a virtual normal or child table reads another source, or none (NULL)."""
+    info = session.table(stmt.table)
+    if not info.virtual or info.kind == "super":
+        raise _fail(f"{info.name} is not a virtual normal or child table", stmt.table.pos)
+    column = next((c for c in info.columns if c.name == stmt.column.lower()), None)
+    if column is None:
+        raise _fail(f"{info.name} has no column {stmt.column}", stmt.column_pos)
+    if column.name == info.primary_key:
+        raise _fail(f"the timestamp column {column.name} takes no source", stmt.column_pos)
+    refs = dict(info.refs or {})
+    source = _source(session, info.db, column, stmt.ref)
+    if source is None:
+        refs.pop(column.name, None)
+    else:
+        refs[column.name] = source
+    with session.warehouse.catalog.transaction() as conn:
+        session.warehouse.catalog.set_refs(conn, info.db, info.name, refs)
+    return Result(message="Alter OK")
 
 
 def drop(session: Session, stmt: ast.DropVirtualTables) -> Result:

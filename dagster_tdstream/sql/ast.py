@@ -368,6 +368,17 @@ class CreateVirtualTable(Statement):
 
 
 @dataclass(frozen=True)
+class AlterVirtualColumn(Statement):
+    """``ALTER VTABLE t ALTER COLUMN c SET {[db.]table.column | NULL}``: a column's source
+    (None: the column reads NULL)."""
+
+    table: QualifiedName
+    column: str
+    ref: ColumnRef | None
+    column_pos: Pos = field(default=NO_POS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class DropVirtualTables(Statement):
     tables: tuple[QualifiedName, ...]
     if_exists: bool

@@ -22,7 +22,7 @@ from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
 from .tsma import parse_create_tsma, parse_drop_tsma
 from .values import block_width
-from .vtable import is_vtables, parse_create_vtable, parse_drop_vtable, parse_show_vtables
+from .vtable import is_vtables, parse_alter_vtable, parse_create_vtable, parse_drop_vtable, parse_show_vtables
 from .walk import depth
 
 T = TypeVar("T")
@@ -611,8 +611,10 @@ class _Parser:
         where = self.expression() if self.accept_word("WHERE") else None
         return ast.Delete(name, where)
 
-    def alter(self) -> ast.AlterTableSetTags | ast.AlterTags | ast.AlterLocal:
+    def alter(self) -> ast.AlterTableSetTags | ast.AlterTags | ast.AlterLocal | ast.AlterVirtualColumn:
         self.expect_word("ALTER")
+        if self.accept_word("VTABLE"):
+            return parse_alter_vtable(self)
         if self.accept_word("LOCAL"):
             first = self.string("an option name in quotes, e.g. 'querySmaOptimize'")
             if self.peek().kind is Kind.STRING:
@@ -621,7 +623,7 @@ class _Parser:
             if not value.strip():
                 raise self.error("the option's value: ALTER LOCAL 'name' 'value'")
             return ast.AlterLocal(name, value.strip())
-        self.expect_word("TABLE", "STABLE")
+        self.expect_word("TABLE", "STABLE", "VTABLE")
         name = self.qualified_name()
         if self.accept_words("ADD", "TAG"):
             return ast.AlterTags(name, added=self.column_def())

@@ -3,7 +3,8 @@
 Owns reading ``CREATE VTABLE [IF NOT EXISTS] [db.]name (ts TIMESTAMP, col type [FROM
 [db.]table.col], …)`` (a virtual normal table), ``CREATE VTABLE [IF NOT EXISTS] [db.]name
 [(col FROM [db.]table.col, …) | ([db.]table.col, …)] USING vstb [(tags)] TAGS (…)`` (a virtual
-child table, its sources named or in column order) and ``DROP VTABLE [IF EXISTS] names``,
+child table, its sources named or in column order), ``ALTER VTABLE t ALTER COLUMN c SET
+{[db.]table.column | NULL}`` and ``… SET TAG t = v, …``, and ``DROP VTABLE [IF EXISTS] names``,
 called by the parser after the words that name the statement. A virtual super table is a
 ``CREATE STABLE … VIRTUAL 1``, read by the parser's CREATE TABLE. Does not read the catalog:
 ``families/vtable.py`` checks the sources and creates the tables.
@@ -86,6 +87,24 @@ def _column_ref(p: Parser) -> ast.ColumnRef:
     names = [t.name for t in parts]
     db = names[0] if len(names) == 3 else None
     return ast.ColumnRef(db, names[-2], names[-1], p.pos(first))
+
+
+def parse_alter_vtable(p: Parser) -> ast.AlterVirtualColumn | ast.AlterTableSetTags:
+    name = p.qualified_name("a virtual table name")
+    if p.accept_words("ALTER", "COLUMN"):
+        column = p.ident("a column name")
+        p.expect_word("SET")
+        ref = None if p.accept_word("NULL") else _column_ref(p)
+        return ast.AlterVirtualColumn(name, column.name, ref, p.pos(column))
+    if not p.accept_words("SET", "TAG"):
+        raise p.error("ALTER COLUMN c SET [db.]table.column | NULL, or SET TAG name = value")
+
+    def assignment() -> tuple[str, ast.Expr]:
+        tag = p.ident("a tag name").name
+        p.expect_op("=")
+        return tag, p.expression()
+
+    return ast.AlterTableSetTags(name, tuple(p.comma_list(assignment)))
 
 
 def parse_drop_vtable(p: Parser) -> ast.DropVirtualTables:

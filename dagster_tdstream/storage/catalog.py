@@ -467,6 +467,14 @@ class Catalog:
             .values(tag_values=json.dumps(values))
         )
 
+    def set_refs(self, conn: Connection, db: str, name: str, refs: dict[str, str]) -> None:
+        """A virtual table's column sources."""
+        conn.execute(
+            update(tables_table)
+            .where(and_(tables_table.c.db == db, tables_table.c.name == name))
+            .values(refs=json.dumps(refs))
+        )
+
     def set_tags(self, conn: Connection, db: str, stable: str, tags: tuple[ColumnDef, ...]) -> None:
         """A super table's tag definitions (ALTER … ADD/DROP TAG); children keep their values
         by name, a new tag reads NULL until set."""
