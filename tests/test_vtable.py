@@ -91,6 +91,7 @@ def test_virtual_table_rules_refuse_with_a_position_and_create_nothing(session: 
             46,
         ),
         "create vtable x (ts timestamp from t1.ts, c int)": ("the timestamp column ts takes no source", 36),
+        "create vtable x (ts timestamp)": ("a virtual table needs a column besides its timestamp", 18),
         "create vtable x (ts timestamp, c int from nope.value)": ("source table d.nope does not exist", 43),
         "create vtable x (ts timestamp, c int from t1.nope)": ("d.t1 has no column nope", 43),
         "create vtable x (ts timestamp, c int from c1.g)": ("d.c1.g is a tag: a source is a data column", 43),

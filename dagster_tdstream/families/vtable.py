@@ -38,6 +38,8 @@ def create(session: Session, stmt: ast.CreateVirtualTable) -> Result:
         first = stmt.columns[0]
         if columns[0].type.name != "TIMESTAMP":
             raise _fail("the first column of a virtual table must be a TIMESTAMP", first.pos)
+        if len(columns) < 2:
+            raise _fail("a virtual table needs a column besides its timestamp", first.pos)
         if stmt.refs[0][1] is not None:
             raise _fail(
                 f"the timestamp column {first.name} takes no source: a virtual table's rows are its sources' "
