@@ -631,6 +631,10 @@ class _Parser:
             return ast.AlterTags(name, dropped=self.ident("a tag name").name)
         if not self.accept_words("SET", "TAG"):
             raise self.error("SET TAG name = value, ADD TAG name type or DROP TAG name")
+        return self.tag_assignments(name)
+
+    def tag_assignments(self, name: ast.QualifiedName) -> ast.AlterTableSetTags:
+        """``name = value, …`` after SET TAG (ALTER TABLE and ALTER VTABLE)."""
 
         def assignment() -> tuple[str, ast.Expr]:
             tag = self.ident("a tag name").name

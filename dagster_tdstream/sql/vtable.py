@@ -98,13 +98,7 @@ def parse_alter_vtable(p: Parser) -> ast.AlterVirtualColumn | ast.AlterTableSetT
         return ast.AlterVirtualColumn(name, column.name, ref, p.pos(column))
     if not p.accept_words("SET", "TAG"):
         raise p.error("ALTER COLUMN c SET [db.]table.column | NULL, or SET TAG name = value")
-
-    def assignment() -> tuple[str, ast.Expr]:
-        tag = p.ident("a tag name").name
-        p.expect_op("=")
-        return tag, p.expression()
-
-    return ast.AlterTableSetTags(name, tuple(p.comma_list(assignment)))
+    return p.tag_assignments(name)
 
 
 def parse_drop_vtable(p: Parser) -> ast.DropVirtualTables:
