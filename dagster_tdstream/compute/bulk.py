@@ -6,7 +6,10 @@ through ``triggers.replay`` — the same code the sensor runs incrementally, so 
 incremental path cannot disagree on a window. Spark does the per-row work where it can:
 INTERVAL's runs (one per group and window) and the islands of STATE_WINDOW (runs of rows in
 one state) and SESSION (runs of rows within the gap) are found by Spark and replayed here;
-EVENT and COUNT windows replay row by row in an Arrow UDF on the executors. The job
+COUNT windows (row numbers) and EVENT windows (the rows that open and close them) are built
+here from the few rows Spark marks, with the state machines' own open/close rules, and held to
+the replay by tests; PRE_FILTER is applied by Spark first. SLIDING time points replay row by
+row in an Arrow UDF on the executors. The job
 returns what fired plus each group's final state, which becomes the checkpoint the sensor
 continues from. Reads only; writing the outputs is ``run.py``'s and ``output.py``'s.
 """
@@ -323,31 +326,22 @@ def _group_events(trigger: EventTrigger, group_columns: tuple[str, ...]) -> Call
         values = [data.column(n).to_pylist() for n in names]
         state, fired, opened_rn = RowState(), [], 0
         state.max_ts = data.column("__newest")[0].as_py()
+        # the trigger's own open and close (WINDOW_OPEN, TRUE_FOR, the state they leave)
         for i, ts in enumerate(columns["__ts"]):
             fields = {name: column[i] for name, column in zip(names, values, strict=True)}
             if not trigger.ends and columns["__closes"][i]:
                 # the first row no start condition holds for closes the run before it
-                state.open, state.last, state.count = False, columns["__previous"][i], columns["__rn"][i] - opened_rn
-                if WINDOW_CLOSE in trigger.events and (
-                    trigger.true_for is None or state.last - state.start >= trigger.true_for
-                ):
-                    fired.append(
-                        Fired(WINDOW_CLOSE, state.start, state.last, state.count, {"conditionIndex": state.key})
-                    )
+                state.last, state.count = columns["__previous"][i], columns["__rn"][i] - opened_rn
+                trigger.close(state, fired, {"conditionIndex": state.key})
                 continue
             if columns["__opens"][i]:
-                state.open, state.start, state.key, opened_rn = True, ts, columns["__s"][i], columns["__rn"][i]
-                if WINDOW_OPEN in trigger.events:
-                    fired.append(Fired(WINDOW_OPEN, ts, ts, 0, {"conditionIndex": state.key, "fieldValue": fields}))
+                index, opened_rn = columns["__s"][i], columns["__rn"][i]
+                detail = {"conditionIndex": index, "fieldValue": fields}
+                trigger.open(state, RowChange(ts, "insert", {}), index, fired, detail)
             if state.open:  # the newest row, an open window's last member so far; or its closing row
                 state.last, state.count = ts, columns["__rn"][i] - opened_rn + 1
             if columns["__closes"][i]:
-                state.open = False
-                if WINDOW_CLOSE in trigger.events and (
-                    trigger.true_for is None or ts - state.start >= trigger.true_for
-                ):
-                    detail = {"conditionIndex": columns["__e"][i], "fieldValue": fields}
-                    fired.append(Fired(WINDOW_CLOSE, state.start, ts, state.count, detail))
+                trigger.close(state, fired, {"conditionIndex": columns["__e"][i], "fieldValue": fields})
         return _output(_group_key(data, group_columns), fired, state)
 
     return per_group
