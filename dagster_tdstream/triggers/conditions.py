@@ -10,7 +10,7 @@ comparison is unknown, and unknown is not true. No I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..sql import ast
@@ -27,7 +27,15 @@ def holds(expr: ast.Expr, row: Mapping[str, Any]) -> bool:
     return _eval(expr, row) is True
 
 
-_FUNCTIONS = {"abs": (1, 1), "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "concat": (2, 8)}
+# the scalar functions the evaluator computes: (fewest arguments, most, the function of the
+# evaluated arguments); ``check`` and ``_eval`` both read it
+_FUNCTIONS: dict[str, tuple[int, int, Callable[[list[Any]], Any]]] = {
+    "abs": (1, 1, lambda a: None if a[0] is None else abs(a[0])),
+    "lower": (1, 1, lambda a: None if a[0] is None else str(a[0]).lower()),
+    "upper": (1, 1, lambda a: None if a[0] is None else str(a[0]).upper()),
+    "length": (1, 1, lambda a: None if a[0] is None else len(str(a[0]).encode())),
+    "concat": (2, 8, lambda a: None if None in a else "".join(str(x) for x in a)),
+}
 _OPERATORS = {"AND", "OR", "=", "<>", "<", "<=", ">", ">=", "+", "-", "*", "/", "%"}
 _OPERATORS |= {"LIKE", "NOT LIKE", "MATCH", "NMATCH"}
 _TEXT_TYPES, _INTEGER_TYPES = ("VARCHAR", "BINARY", "NCHAR"), ("BIGINT", "INT", "SMALLINT", "TINYINT", "TIMESTAMP")
@@ -39,17 +47,20 @@ def check(expr: ast.Expr) -> None:
     """Refuse, with the node's position, an expression the evaluator cannot compute (checked
     when a stream is created: a row meeting it later would fail the trigger instead)."""
     for node in walk(expr):
-        if isinstance(node, ast.Func):
-            arity = _FUNCTIONS.get(node.name)
-            if arity is None or not arity[0] <= len(node.args) <= arity[1]:
-                known = ", ".join(f"{name}()" for name in _FUNCTIONS)
-                raise ConditionError(f"{node.name}() is not supported here{_at(node)}; these are: {known}")
+        if isinstance(node, ast.Func) and not _computes(node):
+            known = ", ".join(f"{name}()" for name in _FUNCTIONS)
+            raise ConditionError(f"{node.name}() is not supported here{_at(node)}; these are: {known}")
         elif isinstance(node, ast.Binary) and node.op not in _OPERATORS:
             raise ConditionError(f"operator {node.op} is not supported here{_at(node)}")
         elif isinstance(node, ast.Cast) and node.type.name.split()[0] not in _CASTS:
             raise ConditionError(f"CAST to {node.type} is not supported here{_at(node)}")
         elif not isinstance(node, _NODES):
             raise ConditionError(f"{expr_text(node)} is not supported here{_at(node)}")
+
+
+def _computes(call: ast.Func) -> bool:
+    spec = _FUNCTIONS.get(call.name)
+    return spec is not None and spec[0] <= len(call.args) <= spec[1]
 
 
 def value(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
@@ -98,16 +109,9 @@ def _eval(expr: ast.Expr, row: Mapping[str, Any]) -> Any:
             return None
         return (value in [_eval(i, row) for i in expr.items]) != expr.negated
     if isinstance(expr, ast.Func):
-        args = [_eval(a, row) for a in expr.args]
-        if expr.name == "abs" and len(args) == 1:
-            return None if args[0] is None else abs(args[0])
-        if expr.name in ("lower", "upper") and len(args) == 1:
-            return None if args[0] is None else getattr(str(args[0]), expr.name)()
-        if expr.name == "length" and len(args) == 1:
-            return None if args[0] is None else len(str(args[0]).encode())
-        if expr.name == "concat" and len(args) >= 2:
-            return None if None in args else "".join(str(a) for a in args)
-        raise ConditionError(f"{expr.name}() is not supported in trigger conditions{_at(expr)}")
+        if not _computes(expr):
+            raise ConditionError(f"{expr.name}() is not supported in trigger conditions{_at(expr)}")
+        return _FUNCTIONS[expr.name][2]([_eval(a, row) for a in expr.args])
     if isinstance(expr, ast.Cast):
         return _cast(_eval(expr.operand, row), expr)
     if isinstance(expr, ast.Case):
