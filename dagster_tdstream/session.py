@@ -880,10 +880,10 @@ def _epochs(array: pa.ChunkedArray) -> pa.ChunkedArray:
 def _tables_shown(table: pa.Table, stmt: ast.Show) -> pa.Table:
     """SHOW TABLES lists the tables that store rows; SHOW [NORMAL | CHILD] VTABLES the virtual
     ones, by name alone (as TDengine shows them)."""
-    kinds = pc.utf8_slice_codeunits(table.column("type"), 0, 8)
+    virtual = pc.starts_with(table.column("type"), "VIRTUAL_")
     if stmt.what == "TABLES":
-        return table.filter(pc.not_equal(kinds, "VIRTUAL_"))
-    wanted = pc.equal(kinds, "VIRTUAL_")
+        return table.filter(pc.invert(virtual))
+    wanted = virtual
     if stmt.kind is not None:
         wanted = pc.and_(wanted, pc.equal(table.column("type"), f"VIRTUAL_{stmt.kind}_TABLE"))
     return table.filter(wanted).select(["table_name"])
