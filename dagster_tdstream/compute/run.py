@@ -40,6 +40,7 @@ from ..storage.spark_read import SparkViews, spark_schema
 from ..storage.system import SYSTEM_DB, system_schema
 from ..storage.types import arrow_type, float32_value
 from ..storage.warehouse import Warehouse
+from ..triggers import conditions
 from ..triggers.engine import (
     MAX_DELAY,
     RECALC,
@@ -50,7 +51,7 @@ from ..triggers.engine import (
     WindowTrigger,
 )
 from ..triggers.period import PeriodTrigger
-from ..triggers.plan import check_trigger, computed_events, stream_trigger
+from ..triggers.plan import computed_events, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows, group_column_sql
@@ -286,7 +287,6 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     data): a function, clause or argument type the translator does not support is rejected
     when the stream is created — with its name and position — not at its first trigger.
     Returns the query's result columns (none for notify-only streams)."""
-    check_trigger(stream.stmt)
 
     def resolve(name: ast.QualifiedName) -> SourceTable:
         db = (name.db or stream.db).lower()
@@ -301,21 +301,29 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     table = stream.trigger_table
     source = resolve(ast.QualifiedName(table.name, table.db)) if table is not None else None
     trigger = stream.stmt.trigger
-    if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column) and source is not None:
-        # TDengine's state is an integer, BOOL or string value, an expression's as a column's
-        kind = row_expression(source, trigger.expr, TranslationContext(resolve, timezone)).kind
-        if kind not in ("int", "bool", "string"):
-            node = trigger.expr
-            raise StreamValidationError(
-                f"STATE_WINDOW over {expr_text(node)} gives a {kind} value; a state is an integer, BOOL or string",
-                line=node.pos.line or None,
-                column=node.pos.column or None,
-            )
+    if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column):
+        _check_state_expression(trigger.expr, source, TranslationContext(resolve, timezone))
     query = stream.stmt.query
     if query is None:
         return ()  # notify-only
     scope = stream_scope(stream, "__triggers", source)
     return translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope)).columns
+
+
+def _check_state_expression(node: ast.Expr, source: SourceTable | None, ctx: TranslationContext) -> None:
+    """A STATE_WINDOW over an expression is computed on each row in Python (the trigger task)
+    and in Spark (the bulk history): one the row evaluator cannot compute, or whose value is
+    not a state TDengine keeps (an integer, BOOL or string), is refused with its position."""
+    where = {"line": node.pos.line or None, "column": node.pos.column or None}
+    try:
+        conditions.check(node)
+    except conditions.ConditionError as exc:
+        raise StreamValidationError(f"STATE_WINDOW over {expr_text(node)}: {exc}", **where) from None
+    kind = row_expression(source, node, ctx).kind if source is not None else None
+    if kind is not None and kind not in ("int", "bool", "string"):
+        raise StreamValidationError(
+            f"STATE_WINDOW over {expr_text(node)} gives a {kind} value; a state is an integer, BOOL or string", **where
+        )
 
 
 def rows_span(stream: StreamDefinition, triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:

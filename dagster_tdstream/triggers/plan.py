@@ -1,20 +1,16 @@
 """Which trigger a CREATE STREAM describes, as an engine object.
 
 Owns mapping the statement's trigger clause and STREAM_OPTIONS to a configured trigger
-(``WindowTrigger`` for INTERVAL, the row windows of ``rows.py``), and refusing when a stream
-is created what the trigger could not evaluate on a row (``check_trigger``).
+(``WindowTrigger`` for INTERVAL, the row windows of ``rows.py``).
 """
 
 from __future__ import annotations
 
-from ..errors import StreamValidationError
 from ..sql import ast
 from ..sql.intervals import IntervalSpec
-from ..sql.text import expr_text
 from ..sql.timeunits import resolve_timezone
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
-from . import conditions
 from .engine import WINDOW_CLOSE, WindowTrigger
 from .period import PeriodTrigger, cron_schedules
 from .replay import Admission
@@ -22,20 +18,6 @@ from .rows import CountTrigger, EventTrigger, RowWindowTrigger, SessionTrigger, 
 from .sliding import PointSpec, SlidingPointTrigger
 
 Trigger = WindowTrigger | RowWindowTrigger | SlidingPointTrigger | PeriodTrigger
-
-
-def check_trigger(stmt: ast.CreateStream) -> None:
-    """A STATE_WINDOW over an expression is computed on each row in Python (the trigger task)
-    and in Spark (the bulk history): one the row evaluator cannot compute is refused with its
-    position when the stream is created, not at its first row."""
-    trigger = stmt.trigger
-    if isinstance(trigger, ast.StateTrigger) and not isinstance(trigger.expr, ast.Column):
-        try:
-            conditions.check(trigger.expr)
-        except conditions.ConditionError as exc:
-            node = trigger.expr
-            where = {"line": node.pos.line, "column": node.pos.column} if node.pos.line else {}
-            raise StreamValidationError(f"STATE_WINDOW over {expr_text(node)}: {exc}", **where) from None
 
 
 def computed_events(stmt: ast.CreateStream) -> tuple[str, ...]:
