@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlalchemy import Connection
 
 from ..errors import CatalogError, WriteRejectedError
 from ..faults import failpoint
@@ -170,11 +171,8 @@ class Warehouse:
             refs={} if virtual else None,
         )
         with self.catalog.transaction() as conn:
-            if self.catalog.get_table(db, name, conn) is not None:
-                if if_not_exists:
-                    return False
-                raise CatalogError(f"table {db}.{name} already exists")
-            self.catalog.add_table(conn, info)
+            if not self._add_table(conn, info, if_not_exists=if_not_exists):
+                return False
             # the Delta table is created inside the catalog transaction: if creating it fails
             # the catalog row is rolled back with it
             if not virtual:
@@ -185,11 +183,15 @@ class Warehouse:
         """A virtual normal or child table (``info.refs`` its column sources, checked): a
         catalog row, no storage."""
         with self.catalog.transaction() as conn:
-            if self.catalog.get_table(info.db, info.name, conn) is not None:
-                if if_not_exists:
-                    return False
-                raise CatalogError(f"table {info.db}.{info.name} already exists")
-            self.catalog.add_table(conn, info)
+            return self._add_table(conn, info, if_not_exists=if_not_exists)
+
+    def _add_table(self, conn: Connection, info: TableInfo, *, if_not_exists: bool) -> bool:
+        """The table's catalog row; False when it exists and IF NOT EXISTS was said."""
+        if self.catalog.get_table(info.db, info.name, conn) is not None:
+            if if_not_exists:
+                return False
+            raise CatalogError(f"table {info.db}.{info.name} already exists")
+        self.catalog.add_table(conn, info)
         return True
 
     def create_child_tables(self, children: Sequence[TableInfo]) -> list[TableInfo]:
