@@ -45,6 +45,7 @@ from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
 from .sql.walk import columns_named, sources
+from .storage import vfeed
 from .storage.catalog import StreamInfo, TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
@@ -742,10 +743,12 @@ class Session:
         fills history, otherwise at the next commit (data written before CREATE is history)."""
         if stmt.trigger_table is None:
             return 0
+        table = self.table(ast.QualifiedName(stmt.trigger_table.name, stmt.trigger_table.db or db))
+        # (a virtual table's feed is built now: its rows so far are the stream's history)
+        newest = vfeed.newest_version(self.warehouse, table)
         if stmt.option("FILL_HISTORY") or stmt.option("FILL_HISTORY_FIRST"):
             return 0
-        table = self.table(ast.QualifiedName(stmt.trigger_table.name, stmt.trigger_table.db or db))
-        return self.warehouse.delta.version(table.db, table.storage_name) + 1
+        return newest + 1
 
     def told(self, message: str, tell: Callable[[StreamControl], str]) -> Result:
         """The result of a committed stream statement, with what the orchestrator made of it."""
@@ -796,7 +799,7 @@ class Session:
                 stream = resolve_stream(self.warehouse, info)
                 table = stream.trigger_table
                 if table is not None:
-                    resume_from = self.warehouse.delta.version(table.db, table.storage_name) + 1
+                    resume_from = vfeed.newest_version(self.warehouse, table) + 1
             self.warehouse.catalog.set_stream_status(*found, "Running", resume_from)
             return self.told("Start OK", lambda control: control.set_running(".".join(found), True))
         return Result(message="Start OK")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import StreamValidationError
 from ..results import Result
 from ..sql import ast
-from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream
+from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream, validate_virtual_source
 from ..sql.text import expr_text
 from ..sql.walk import is_interp_query
 from ..storage.catalog import StreamInfo
@@ -39,6 +39,8 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
     source = stmt.query.source
     assert isinstance(source, ast.TableSource)
     table = session.table(source.table)  # a missing source is an error now, not at the first window
+    if table.virtual:
+        validate_virtual_source(stmt)
     window = stmt.query.window
     key = next((c.name for c in table.columns[1:] if c.primary_key), None)
     if key is not None and isinstance(window, ast.StateWindow | ast.EventWindow | ast.CountWindow):

@@ -24,6 +24,7 @@ def execute_maintain(session: Session, stmt: ast.MaintainDatabase) -> Result:
     done = [
         maintain(warehouse, db, table.storage_name, trim_only=stmt.action == "TRIM")
         for table in warehouse.catalog.list_tables(db, ("super", "normal"))
+        if not table.virtual  # a virtual table stores nothing of its own
     ]
     total = Maintained(
         sum(d.files_trimmed for d in done), sum(d.files_compacted for d in done), sum(d.files_vacuumed for d in done)

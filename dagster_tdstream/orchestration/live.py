@@ -42,6 +42,7 @@ from ..compute.run import compute_triggers
 from ..compute.shared_rows import SharedRows
 from ..names import sensor_name
 from ..notify.events import notification_events
+from ..storage import vfeed
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
 from ..triggers.tick import advance_stream, first_unread
@@ -126,7 +127,7 @@ def has_work(warehouse: Warehouse, stream: StreamDefinition) -> bool:
     if table is None:
         return False
     first = first_unread(stream, warehouse.catalog.latest_checkpoint_offset(stream.key))
-    return warehouse.delta.version(table.db, table.storage_name) >= first
+    return vfeed.newest_version(warehouse, table) >= first
 
 
 def run_live(

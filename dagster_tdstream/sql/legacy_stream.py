@@ -163,6 +163,28 @@ def _error(stmt: ast.CreateLegacyStream, message: str, pos: ast.Pos | None = Non
     return StreamValidationError(message, line=where.line or None, column=where.column or None, statement=stmt.text)
 
 
+def validate_virtual_source(stmt: ast.CreateLegacyStream) -> None:
+    """The legacy streams' rules over a virtual table (the spec lists them): no WATERMARK but
+    0, no IGNORE EXPIRED 0 or IGNORE UPDATE 0 (out-of-order rows, updates and deletes are not
+    handled), no FILL_HISTORY 1, no MAX_DELAY, FORCE_WINDOW_CLOSE or CONTINUOUS_WINDOW_CLOSE
+    trigger and no COUNT_WINDOW."""
+    opt = stmt.option_pos.get
+    source = stmt.query.source
+    assert isinstance(source, ast.TableSource)
+    table = source.table.name
+    if stmt.watermark is not None and stmt.watermark.nanos != 0:
+        raise _error(stmt, f"a stream over the virtual table {table} needs WATERMARK 0", opt("WATERMARK"))
+    for word, value in (("IGNORE EXPIRED", stmt.ignore_expired), ("IGNORE UPDATE", stmt.ignore_update)):
+        if word in stmt.option_pos and not value:
+            raise _error(stmt, f"a stream over the virtual table {table} needs {word} 1", opt(word))
+    if stmt.fill_history:
+        raise _error(stmt, f"a stream over the virtual table {table} needs FILL_HISTORY 0", opt("FILL_HISTORY"))
+    if stmt.trigger in ("MAX_DELAY", "FORCE_WINDOW_CLOSE", "CONTINUOUS_WINDOW_CLOSE"):
+        raise _error(stmt, f"TRIGGER {stmt.trigger} is not supported over the virtual table {table}", opt("TRIGGER"))
+    if isinstance(stmt.query.window, ast.CountWindow):
+        raise _error(stmt, f"COUNT_WINDOW is not supported over the virtual table {table}")
+
+
 def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
     """The legacy rules that the statement alone decides, each with its position."""
     query = stmt.query

@@ -208,6 +208,10 @@ class DatabaseInfo:
     created_at: int
 
 
+# a virtual table's feed lives under a name reserved for it (a table may not take one so)
+VIRTUAL_FEED_PREFIX = ".vfeed."
+
+
 @dataclass(frozen=True)
 class TableInfo:
     db: str
@@ -229,8 +233,10 @@ class TableInfo:
 
     @property
     def storage_name(self) -> str:
-        """The Delta table that holds this table's rows (a child's rows live in its super table)."""
-        return self.stable if self.kind == "child" and self.stable else self.name
+        """The Delta table that holds this table's rows (a child's rows live in its super table);
+        a virtual table's feed, kept while a stream triggers on it (``storage/vfeed.py``)."""
+        own = self.stable if self.kind == "child" and self.stable else self.name
+        return VIRTUAL_FEED_PREFIX + own if self.virtual else own
 
     @property
     def primary_key(self) -> str:

@@ -23,8 +23,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
-from .append import CHECKPOINT_INTERVAL, append_commit, log_lines, log_path
+from .append import CHECKPOINT_INTERVAL, append_commit, commit_actions, log_lines, log_path
 
 CDF_CONFIG = {
     "delta.enableChangeDataFeed": "true",
@@ -94,6 +95,16 @@ class DeltaStore:
             configuration=CDF_CONFIG,
             storage_options=self.storage_options,
         )
+
+    def exists(self, db: str, table: str) -> bool:
+        uri = self.uri(db, table)
+        if is_local(uri):
+            return _table_id(uri) is not None
+        try:
+            self.open(db, table)
+        except TableNotFoundError:
+            return False
+        return True
 
     def open(self, db: str, table: str) -> DeltaTable:
         """A new handle on the table's newest snapshot (callers may move it to a version)."""
@@ -187,6 +198,29 @@ class DeltaStore:
             merger = merger.when_not_matched_by_source_delete(delete_unmatched)
         merger.execute()
         return dt.version()
+
+    def commit_info(self, db: str, table: str, version: int) -> dict[str, Any] | None:
+        """A version's commit info (its custom metadata included); None when its log entry is
+        gone (cleaned up after a checkpoint)."""
+        uri = self.uri(db, table)
+        if is_local(uri):
+            lines = log_lines(local_path(uri), version)
+            return None if lines is None else _commit_info(lines)
+        newest = self.current(db, table).version()
+        found = self.current(db, table).history(newest - version + 1)
+        return next((dict(entry) for entry in found if entry.get("version") == version), None)
+
+    def record(self, db: str, table: str, extra: dict[str, str]) -> int | None:
+        """Commit ``extra`` as commit info without changing data (a local table; None on an
+        object store, where delta-rs writes no empty commit): a reader that keeps its
+        progress in the table's log records progress that wrote no rows."""
+        uri = self.uri(db, table)
+        if not is_local(uri):
+            return None
+        after = self.latest_version(db, table)
+        version = commit_actions(local_path(uri), after, [], {"operation": "WRITE", **_marks_metadata({}, extra)})
+        self._latest[uri] = (self._latest[uri][0], version)
+        return version
 
     def commit_values(self, db: str, table: str, start: int, key: str) -> list[tuple[int, str]]:
         """(version, value) of every commit from version ``start`` on whose commit info has

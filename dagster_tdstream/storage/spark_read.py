@@ -82,19 +82,15 @@ def table_frame(
     ``used``: the columns the query names (a virtual table's rows depend on them)."""
     from pyspark.sql import functions as F
 
-    if info.virtual:
-        if version is not None:
-            raise CatalogError(f"{info.db}.{info.name} is a virtual table: it has no WAL offsets to read as of")
+    if info.virtual and version is None:
         return virtual_frame(spark, warehouse, info, key_range, tags=tags, used=used)
-
-    storage = warehouse.find_table(info.db, info.storage_name) if info.kind == "child" else info
-    assert storage is not None
-    is_super = storage.kind == "super"
+    # as of a WAL offset a virtual table is read from its feed (``vfeed.py``), which stores it
+    is_super = info.kind != "normal"  # a child's rows live in its super table's storage
     schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
     pk = info.primary_key
     files = warehouse.delta.file_uris(
         info.db,
-        storage.name,
+        info.storage_name,
         version,
         key_range=None if key_range is None else (pk, *key_range),
         equals=("tbname", info.name) if info.kind == "child" else None,

@@ -75,13 +75,6 @@ def check_stream_against_catalog(stmt: ast.CreateStream, db: str, warehouse: War
         return info
 
     trigger_info = lookup(stmt.trigger_table) if stmt.trigger_table is not None else None
-    if trigger_info is not None and trigger_info.virtual:
-        # its rows are several tables' rows joined on the timestamp: no one WAL to read them from
-        raise _fail(
-            f"{trigger_info.db}.{trigger_info.name} is a virtual table: a stream cannot trigger on it here "
-            "(trigger on one of its source tables, and read the virtual table in the stream's query)",
-            stmt.trigger_table,  # type: ignore[arg-type]
-        )
     trigger_cols = _columns_of(trigger_info) if trigger_info is not None else None
     if trigger_info is not None and trigger_cols is not None:
         _check_trigger(stmt, trigger_info, trigger_cols)

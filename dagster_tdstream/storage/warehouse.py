@@ -27,7 +27,7 @@ from ..errors import CatalogError, WriteRejectedError
 from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from . import keyspans
-from .catalog import Catalog, DatabaseInfo, TableInfo, table_uid
+from .catalog import VIRTUAL_FEED_PREFIX, Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
 from .groupcommit import GROUP_KEY, GroupCommit
 from .intents import WRITE_KEY, Intents, StagedTable
@@ -187,6 +187,8 @@ class Warehouse:
 
     def _add_table(self, conn: Connection, info: TableInfo, *, if_not_exists: bool) -> bool:
         """The table's catalog row; False when it exists and IF NOT EXISTS was said."""
+        if info.name.startswith(VIRTUAL_FEED_PREFIX):
+            raise CatalogError(f"table name {info.name}: names starting with {VIRTUAL_FEED_PREFIX} are reserved")
         if self.catalog.get_table(info.db, info.name, conn) is not None:
             if if_not_exists:
                 return False
@@ -219,11 +221,14 @@ class Warehouse:
         )
 
     def drop_table(self, info: TableInfo) -> None:
-        if info.virtual:  # nothing stored: its catalog rows (a virtual super table's children too)
+        if info.virtual:  # its catalog rows (a virtual super table's children too) and its feed
             with self.catalog.transaction() as conn:
                 if info.kind == "super":
                     self.catalog.drop_children(conn, info.db, info.name)
                 self.catalog.drop_table(conn, info.db, info.name)
+            # a virtual child's rows stay in its super table's feed: the next sync drops them
+            if info.kind != "child" and self.delta.exists(info.db, info.storage_name):
+                self.delta.drop(info.db, info.storage_name)
             return
         if info.kind == "child":
             assert info.stable is not None

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..sql.timeunits import PRECISIONS
+from ..storage import vfeed
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.types import arrow_type
@@ -109,7 +110,7 @@ def advance_stream(
         raise TriggerTableMissingError(f"its trigger table {stream.trigger_missing} was dropped: nothing to read")
     catalog = warehouse.catalog
     first = first_unread(stream, last_offset)
-    current = warehouse.delta.version(table.db, table.storage_name)
+    current = vfeed.newest_version(warehouse, table)
     clock_close = isinstance(trigger, WindowTrigger) and trigger.clock_close
     stream_close = isinstance(trigger, WindowTrigger) and trigger.stream_close
     if current < first and trigger.max_delay is None and not clock_close and not stream_close:
@@ -208,7 +209,7 @@ def _advance_period(
     if ticks:
         counts: dict[str, tuple[list[Any], int]] = {}
         if table is not None:
-            end = max(end, warehouse.delta.version(table.db, table.storage_name))
+            end = max(end, vfeed.newest_version(warehouse, table))
             feed = warehouse.delta.change_feed(table.db, table.storage_name, first, end) if end >= first else None
             grouped = _GroupedRows(warehouse, stream, table).group(feed) if feed is not None else {}
             for key, (values, _, changes) in grouped.items():
@@ -342,8 +343,14 @@ class _GroupedRows:
         if tbname not in self._children:
             table = self.table
             same = table.kind != "super" and tbname == table.name
-            self._children[tbname] = table if same else self.warehouse.find_table(table.db, tbname)
+            self._children[tbname] = table if same else self._member(self.warehouse.find_table(table.db, tbname))
         return self._children[tbname]
+
+    def _member(self, child: TableInfo | None) -> TableInfo | None:
+        """The child table, when its rows are the stream's: TDengine's stream over a virtual
+        super table keeps the child tables it started with (one created later is ignored)."""
+        later = child is not None and self.table.virtual and child.created_at > self.stream.info.created_at
+        return None if later else child
 
     def _known(self, tbnames: set[str]) -> None:
         """Look up the child tables a feed names in one catalog read (a tick of a super table
@@ -351,7 +358,7 @@ class _GroupedRows:
         missing = tbnames - self._children.keys() - {self.table.name}
         if self.table.kind == "super" and missing:
             found = self.warehouse.catalog.child_tables_named(self.table.db, self.table.name, missing)
-            self._children.update({name: found.get(name) for name in missing})
+            self._children.update({name: self._member(found.get(name)) for name in missing})
 
     def identity(self, group_values: list[Any]) -> int:
         """``group_identity``, the child table taken from this feed's lookups."""
@@ -434,7 +441,10 @@ class _GroupedRows:
         groups: dict[str, tuple[list[Any], list[RowChange]]] = {}
         self._known({record.get("tbname") or self.table.name for record in data})
         for record in sorted(data, key=lambda r: r[pk]):
-            values = self._values(record, record.get("tbname") or self.table.name)
+            tbname = record.get("tbname") or self.table.name
+            if self.table.kind == "super" and self._table_of(tbname) is None:
+                continue  # a child table dropped since, or not one of the stream's
+            values = self._values(record, tbname)
             if not self.admission.admits(record[pk], values):
                 continue
             group_values = self._group_values(values)
