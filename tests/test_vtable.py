@@ -295,3 +295,16 @@ def test_a_virtual_tables_feed_equals_its_rows_after_any_change(session: Session
             check()
     session.execute("drop table t3")
     check()
+
+
+def test_a_subscription_to_a_virtual_table(session: Session) -> None:
+    """A 2.x subscription reads a virtual table's rows and then what its sources change: a
+    source's value at a timestamp another source wrote comes as that row, updated."""
+    session.execute(SOURCES + V1)
+    sub = session.subscribe("select ts, c1, c2 from v1 where ts >= 4000")
+    assert sub.consume() == [{"ts": 4000, "c1": 4, "c2": 40}, {"ts": 5000, "c1": None, "c2": 50}]
+    session.execute("insert into t1 values (5000, 5) (6000, 6); insert into t3 values (7000, 0, 0)")
+    assert sub.consume() == [
+        {"ts": 5000, "c1": 5, "c2": 50}, {"ts": 6000, "c1": 6, "c2": None}, {"ts": 7000, "c1": None, "c2": None},
+    ]  # fmt: skip
+    assert sub.consume() == []

@@ -25,6 +25,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 
 from ..errors import SubscriptionError
 from ..session import Session
+from ..storage import vfeed
 from ..storage.warehouse import Warehouse
 from ..subscription.consumer import rows_in_offsets
 from .resources import TDStreamWarehouse
@@ -61,7 +62,7 @@ def subscription_sensor(
         info = warehouse.find_table(db, table_name) if warehouse.catalog.get_database(db) else None
         if info is None:
             return SkipReason(f"table {table} does not exist")
-        current = warehouse.delta.version(info.db, info.storage_name)
+        current = vfeed.newest_version(warehouse, info)
         last = int(context.cursor) if context.cursor else -1
         if current <= last:
             return SkipReason(f"no rows written to {table} since WAL offset {last}")

@@ -23,6 +23,7 @@ from ..errors import SubscriptionError
 from ..sql import ast
 from ..sql.constants import ConstantContext
 from ..sql.continuous_query import fold_time_bounds
+from ..storage import vfeed
 from ..storage.catalog import TableInfo
 from ..storage.warehouse import Warehouse
 from ..triggers.conditions import holds
@@ -75,7 +76,7 @@ class Subscription:
         calls ``commit()`` after handling them (a crash in between hands them over again
         instead of losing them)."""
         table = self.spec.table
-        current = self.warehouse.delta.version(table.db, table.storage_name)
+        current = vfeed.newest_version(self.warehouse, table)
         if self.version is None:
             rows = self._snapshot(current)
         elif current > self.version:
