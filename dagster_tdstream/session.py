@@ -45,7 +45,7 @@ from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
 from .sql.validate import validate_create_stream
 from .sql.walk import columns_named, sources
-from .storage import vfeed
+from .storage import vfeed, written
 from .storage.catalog import StreamInfo, TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
@@ -776,8 +776,12 @@ class Session:
         found = self._stream(stmt.name, stmt.if_exists)
         if found is not None:
             tsma.refuse_drop_stream(self.warehouse, *found, stmt.name.pos)
+            info = self.warehouse.catalog.get_stream(*found)
+            assert info is not None
+            table = resolve_stream(self.warehouse, info).trigger_table
             with self.warehouse.catalog.transaction() as conn:
                 self.warehouse.catalog.drop_stream(conn, *found)
+            written.drop(self.warehouse, table, info.key)
             return self.told("Drop OK", lambda control: control.stream_dropped(".".join(found)))
         return Result(message="Drop OK")
 

@@ -25,11 +25,6 @@ KNOWN_GAPS = {
     "ignore_expired_1_supertable": (
         "TDengine judges expiry per vgroup (each child table here); here against the group's progress"
     ),
-    "ignore_update_1_state": (
-        "IGNORE UPDATE 1 counts a row written twice twice (TDengine's legacy engine reads its input, not the "
-        "table); here windows are computed from the table's rows"
-    ),
-    "ignore_update_1_supertable": "as ignore_update_1_state",
     "notify_max_delay_window_close_events_match_result_table": (
         "its setup is a prose description of the data (random tags), not SQL"
     ),

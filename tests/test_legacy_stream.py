@@ -43,6 +43,7 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
     assert names == {
         "DELETE_RECALC", "FILL_HISTORY", "WATERMARK", "MAX_DELAY", "PRE_FILTER",
         ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW, "IGNORE_NODATA_TRIGGER",
+        ast.WRITTEN_ROWS,  # IGNORE UPDATE 1, the default
     }  # fmt: skip
     assert "IGNORE_DISORDER" not in names  # IGNORE EXPIRED 0: late rows recalculate
     # the window start first (the query did not put it there), _wend as the trigger's _twend
@@ -122,6 +123,43 @@ def test_at_once_writes_each_window_as_rows_arrive_and_updates_recalculate(
     session.execute(f"insert into t1 values ({T0}, 10, 10)")  # an update of the first row
     assert harness.run_until_idle().failures == []
     assert sorted(output(session, "select c1, c3 from out")) == [(1, 2), (2, 15)]
+
+
+def test_ignore_update_1_counts_a_row_written_again_as_one_more_row(session: Session, harness: StreamHarness) -> None:
+    """IGNORE UPDATE 1 (the legacy default): a row written again at its timestamp is one more
+    row of its window, as TDengine's legacy engine aggregates what was written — INTERVAL and
+    row windows alike; IGNORE UPDATE 0 replaces it; a deleted row goes with all its writes; a
+    trigger tick done again keeps each replaced row once."""
+    from dagster_tdstream.storage import written
+    from dagster_tdstream.storage.registry import load_stream
+    from dagster_tdstream.triggers.tick import advance_stream
+
+    _setup(session)
+    session.execute(
+        "create stream si trigger at_once into oi as select _wstart, count(*) n, sum(a) s from st"
+        " partition by tbname interval(10s);"
+        "create stream ss trigger at_once into os as select _wstart, count(*) n, max(a) m from t1 state_window(b);"
+        "create stream s0 trigger at_once ignore update 0 into o0 as select _wstart, count(*) n, sum(a) s from st"
+        " partition by tbname interval(10s)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 1, 1); insert into t1 values ({T0}, 2, 1)")
+    warehouse = session.warehouse
+    stream = load_stream(warehouse, "lg.si")
+    first, again = advance_stream(warehouse, stream, None), advance_stream(warehouse, stream, None)
+    assert first.offset == again.offset and first.rows == again.rows == 3  # insert, pre- and post-image
+    assert warehouse.delta.read("lg", written.storage_name("lg.si")).column("a").to_pylist() == [1]
+    assert harness.run_until_idle().failures == []
+    session.execute(f"insert into t1 values ({T0}, 3, 1) ({T0 + 1000}, 4, 1)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select n, s from oi") == [(4, 10)]  # a = 1, 2, 3 at T0, 4 at T0 + 1 s
+    assert output(session, "select n, m from os") == [(4, 4)]
+    assert output(session, "select n, s from o0") == [(2, 7)]
+    session.execute(f"delete from t1 where ts = {T0}")  # the legacy streams recalculate on deletes
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select n, s from oi") == [(1, 4)]
+    assert output(session, "select n, s from o0") == [(1, 4)]
+    session.execute("drop stream si")
+    assert not warehouse.delta.exists("lg", written.storage_name("lg.si"))
 
 
 def test_window_close_default_pause_and_resume(session: Session, harness: StreamHarness) -> None:

@@ -184,7 +184,7 @@ def test_a_stream_triggers_on_a_virtual_table(session: Session, harness: StreamH
     version = warehouse.delta.version("d", table.storage_name)
     assert harness.run_until_idle().failures == [] and warehouse.delta.version("d", table.storage_name) == version
     # the feed's name is reserved
-    with pytest.raises(TDStreamError, match=re.escape("names starting with .vfeed. are reserved")):
+    with pytest.raises(TDStreamError, match=re.escape("names starting with '.' are reserved")):
         session.execute("create table `.vfeed.v1` (ts timestamp, v int)")
     # dropping the virtual table drops its feed
     session.execute("drop stream s; drop vtable v1")

@@ -614,6 +614,10 @@ RECALC_COUNT_WINDOW = "RECALC_COUNT_WINDOW"
 # the legacy CONTINUOUS_WINDOW_CLOSE: a window closes when the stream's newest event time, over
 # all its groups, passes its end (TDengine's task event time), not only its own group's
 STREAM_EVENT_TIME = "STREAM_EVENT_TIME"
+# the legacy IGNORE UPDATE 1 (their default): a row written again at its timestamp is not an
+# update but one more row, so a window's rows are the rows as written (``storage/written.py``
+# keeps the ones a rewrite replaced in the table)
+WRITTEN_ROWS = "WRITTEN_ROWS"
 # the legacy streams' INTERVAL … FILL(mode): the windows of a group without rows are written
 # too (3.3.7 fills inside its query instead; ``compute/fill.py``)
 LEGACY_FILL = "LEGACY_FILL"

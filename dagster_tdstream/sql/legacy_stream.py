@@ -385,6 +385,9 @@ def equivalent_stream(
     options = [ast.StreamOption(name) for name in legacy]
     if stmt.ignore_expired:
         options.append(ast.StreamOption("IGNORE_DISORDER"))
+    if stmt.ignore_update and query.window is not None:
+        # (without a window each written row is transformed on its own: nothing to count twice)
+        options.append(ast.StreamOption(ast.WRITTEN_ROWS))
     if stmt.fill_history:
         options.append(ast.StreamOption("FILL_HISTORY"))
     if stmt.watermark is not None:

@@ -208,8 +208,10 @@ class DatabaseInfo:
     created_at: int
 
 
-# a virtual table's feed lives under a name reserved for it (a table may not take one so)
-VIRTUAL_FEED_PREFIX = ".vfeed."
+# the warehouse's own Delta tables (a virtual table's feed, a stream's replaced rows) live under
+# names no table may take
+RESERVED_PREFIX = "."
+VIRTUAL_FEED_PREFIX = RESERVED_PREFIX + "vfeed."
 
 
 @dataclass(frozen=True)

@@ -74,15 +74,17 @@ def table_frame(
     *,
     tags: bool = True,
     used: frozenset[str] | None = None,
+    storage: str | None = None,
 ) -> Any:
     """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags (as
     of the WAL offset ``version`` when given, e.g. a stream's history); with ``key_range``
     only the rows whose primary timestamp lies in [low, high], read from the files that may
     hold them. ``tags=False``: a reader that needs no tag gets the same rows without them.
-    ``used``: the columns the query names (a virtual table's rows depend on them)."""
+    ``used``: the columns the query names (a virtual table's rows depend on them).
+    ``storage``: rows of the table kept in another Delta table of its shape (``written.py``)."""
     from pyspark.sql import functions as F
 
-    if info.virtual and version is None:
+    if info.virtual and version is None and storage is None:
         return virtual_frame(spark, warehouse, info, key_range, tags=tags, used=used)
     # as of a WAL offset a virtual table is read from its feed (``vfeed.py``), which stores it
     is_super = info.kind != "normal"  # a child's rows live in its super table's storage
@@ -90,7 +92,7 @@ def table_frame(
     pk = info.primary_key
     files = warehouse.delta.file_uris(
         info.db,
-        info.storage_name,
+        storage or info.storage_name,
         version,
         key_range=None if key_range is None else (pk, *key_range),
         equals=("tbname", info.name) if info.kind == "child" else None,

@@ -27,7 +27,7 @@ from ..errors import CatalogError, WriteRejectedError
 from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from . import keyspans
-from .catalog import VIRTUAL_FEED_PREFIX, Catalog, DatabaseInfo, TableInfo, table_uid
+from .catalog import RESERVED_PREFIX, Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
 from .groupcommit import GROUP_KEY, GroupCommit
 from .intents import WRITE_KEY, Intents, StagedTable
@@ -187,8 +187,11 @@ class Warehouse:
 
     def _add_table(self, conn: Connection, info: TableInfo, *, if_not_exists: bool) -> bool:
         """The table's catalog row; False when it exists and IF NOT EXISTS was said."""
-        if info.name.startswith(VIRTUAL_FEED_PREFIX):
-            raise CatalogError(f"table name {info.name}: names starting with {VIRTUAL_FEED_PREFIX} are reserved")
+        if info.name.startswith(RESERVED_PREFIX):
+            raise CatalogError(
+                f"table name {info.name}: names starting with {RESERVED_PREFIX!r} are reserved for the "
+                "warehouse's own tables"
+            )
         if self.catalog.get_table(info.db, info.name, conn) is not None:
             if if_not_exists:
                 return False

@@ -79,6 +79,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         "max_delay": max_delay,
         "delete_recalc": delete_recalc,
         "at_once": at_once,
+        "counts_rewrites": stmt.option(ast.WRITTEN_ROWS) is not None,
     }
     if isinstance(trigger, ast.StateTrigger):
         if isinstance(trigger.expr, ast.Column):

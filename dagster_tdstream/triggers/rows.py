@@ -72,6 +72,9 @@ class RowWindowTrigger:
     at_once: bool = False
     # out-of-order rows, updates and (with DELETE_RECALC) deletes re-derive the windows
     recalculates: bool = True
+    # the legacy IGNORE UPDATE 1: a row written again into the open window is one more row of
+    # it (``ast.WRITTEN_ROWS``), which MAX_DELAY / AT_ONCE computes again
+    counts_rewrites: bool = False
 
     @staticmethod
     def new_state() -> RowState:
@@ -104,6 +107,9 @@ class RowWindowTrigger:
                     state.late_from = change.ts if state.late_from is None else min(state.late_from, change.ts)
                 continue
             if state.max_ts is not None and change.ts <= state.max_ts:
+                if self.counts_rewrites and change.kind == "update" and state.open and change.ts >= state.start:
+                    state.count += 1
+                    continue
                 if not self.ignore_disorder and self.recalculates:
                     state.late_from = change.ts if state.late_from is None else min(state.late_from, change.ts)
                 continue

@@ -23,8 +23,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..sql import ast
 from ..sql.timeunits import PRECISIONS
-from ..storage import vfeed
+from ..storage import vfeed, written
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.types import arrow_type
@@ -126,6 +127,8 @@ def advance_stream(
         if end >= first
         else pa.table({"_change_type": pa.array([], pa.string())})
     )
+    if stream.stmt.option(ast.WRITTEN_ROWS) is not None and not table.virtual and end >= first:
+        written.keep(warehouse, table, stream.key, feed, end)  # before the checkpoint: replays add nothing
     rows = _GroupedRows(warehouse, stream, table)
     fired_at = clock()
     queued: list[dict[str, Any]] = []
