@@ -22,9 +22,6 @@ HERE = ("tdengine", "continuous_query")
 # it is taken off this list
 KNOWN_GAPS = {
     # legacy streams (tests/conformance/legacy_stream, run by test_conformance_legacy.py)
-    "ignore_expired_1_supertable": (
-        "TDengine judges expiry per vgroup (each child table here); here against the group's progress"
-    ),
     "notify_max_delay_window_close_events_match_result_table": (
         "its setup is a prose description of the data (random tags), not SQL"
     ),

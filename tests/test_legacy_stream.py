@@ -147,7 +147,7 @@ def test_ignore_update_1_counts_a_row_written_again_as_one_more_row(session: Ses
     stream = load_stream(warehouse, "lg.si")
     first, again = advance_stream(warehouse, stream, None), advance_stream(warehouse, stream, None)
     assert first.offset == again.offset and first.rows == again.rows == 3  # insert, pre- and post-image
-    assert warehouse.delta.read("lg", written.storage_name("lg.si")).column("a").to_pylist() == [1]
+    assert warehouse.delta.read("lg", written.storage_name("lg.si", written.WRITTEN)).column("a").to_pylist() == [1]
     assert harness.run_until_idle().failures == []
     session.execute(f"insert into t1 values ({T0}, 3, 1) ({T0 + 1000}, 4, 1)")
     assert harness.run_until_idle().failures == []
@@ -159,7 +159,34 @@ def test_ignore_update_1_counts_a_row_written_again_as_one_more_row(session: Ses
     assert output(session, "select n, s from oi") == [(1, 4)]
     assert output(session, "select n, s from o0") == [(1, 4)]
     session.execute("drop stream si")
-    assert not warehouse.delta.exists("lg", written.storage_name("lg.si"))
+    assert not warehouse.delta.exists("lg", written.storage_name("lg.si", written.WRITTEN))
+
+
+def test_ignore_expired_1_judges_each_child_tables_rows_against_that_table(
+    session: Session, harness: StreamHarness
+) -> None:
+    """IGNORE EXPIRED 1 (the default) over a super table without PARTITION BY: a row is expired
+    when its own child table has passed its window, as TDengine's legacy engine judges it, and
+    an expired row is never aggregated — also when another table's row computes its window
+    again from the table that stores it."""
+    session.execute(
+        "create database lx; use lx; create stable st (ts timestamp, a int) tags (k int);"
+        "create table t1 using st tags (1); create table t2 using st tags (2); create table t3 using st tags (3);"
+        "create stream s trigger at_once into o as select _wstart, count(*) n, sum(a) s from st interval(10s)"
+    )
+    session.execute(f"insert into t1 values ({W0 + 31_000}, 1)")
+    assert harness.run_until_idle().failures == []
+    # t2 has not passed [20 s, 30 s): its row counts there though t1 closed the window
+    session.execute(f"insert into t2 values ({W0 + 21_000}, 2)")
+    assert harness.run_until_idle().failures == []
+    # t2 passed [0, 10 s), t1 too: both rows expired; t3 has not: its row counts, and alone
+    session.execute(f"insert into t2 values ({W0 + 1000}, 4); insert into t1 values ({W0 + 5000}, 8)")
+    assert harness.run_until_idle().failures == []
+    session.execute(f"insert into t3 values ({W0 + 8000}, 16)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o order by 1") == [
+        (W0, 1, 16, 0), (W0 + 20_000, 1, 2, 0), (W0 + 30_000, 1, 1, 0),
+    ]  # fmt: skip
 
 
 def test_window_close_default_pause_and_resume(session: Session, harness: StreamHarness) -> None:

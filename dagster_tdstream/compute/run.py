@@ -121,8 +121,8 @@ def compute_triggers(
         table = stream.trigger_table
         if trigger_source is not None and span is not None and table is not None:
             # (a recalculation, RECALCULATE's backfill, reads the table as it stands)
-            if stream.stmt.option(ast.WRITTEN_ROWS) is not None and not table.virtual and replace_range is None:
-                trows_view = views.register(_as_written(spark, warehouse, stream, table, span), "range")
+            if written.kept_for(stream, table) and replace_range is None:
+                trows_view = views.register(_as_aggregated(spark, warehouse, stream, table, span), "range")
             elif shared is not None and shared.covers(table, *span):
                 trows_view = views.register(shared.rows(*span), "range")
             else:  # the batch's rows from the few files its windows span
@@ -347,20 +347,24 @@ def _window_span(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
     return min(int(t["wstart"]) for t in triggers), max(int(t["wend"]) for t in triggers)
 
 
-def _as_written(
+def _as_aggregated(
     spark: Any, warehouse: Warehouse, stream: StreamDefinition, table: TableInfo, span: tuple[int, int]
 ) -> Any:
-    """IGNORE UPDATE 1 (the legacy default): the batch's rows as they were written — the
-    table's, and the ones rewrites replaced (``storage/written.py``) at keys the table still
-    holds (a deleted row is gone with all its writes)."""
-    tags = _reads_tags(stream)
+    """A legacy stream's rows as its engine aggregated them (``storage/written.py``): the
+    table's, plus the ones rewrites replaced at keys the table still holds (a deleted row is
+    gone with all its writes), less the rows expired per their own table."""
+    tags, pk = _reads_tags(stream), table.primary_key
     rows = table_frame(spark, warehouse, table, key_range=span, tags=tags)
-    storage = written.storage_name(stream.key)
-    if not warehouse.delta.exists(table.db, storage):
-        return rows
-    replaced = table_frame(spark, warehouse, table, key_range=span, tags=tags, storage=storage)
-    held = rows.select("tbname", table.primary_key)
-    return rows.unionByName(replaced.join(held, on=["tbname", table.primary_key], how="left_semi"))
+    replaced = written.storage_name(stream.key, written.WRITTEN)
+    if warehouse.delta.exists(table.db, replaced):
+        kept = table_frame(spark, warehouse, table, key_range=span, tags=tags, storage=replaced)
+        rows = rows.unionByName(kept.join(rows.select("tbname", pk), on=["tbname", pk], how="left_semi"))
+    expired = written.storage_name(stream.key, written.EXPIRED)
+    files = warehouse.delta.file_uris(table.db, expired) if warehouse.delta.exists(table.db, expired) else []
+    if files:
+        keys = spark.read.parquet(*files).where(f"`{pk}` >= {span[0]} AND `{pk}` <= {span[1]}")
+        rows = rows.join(keys, on=["tbname", pk], how="left_anti")
+    return rows
 
 
 def _offsets(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:

@@ -384,7 +384,7 @@ def equivalent_stream(
     legacy = ("DELETE_RECALC", ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW)
     options = [ast.StreamOption(name) for name in legacy]
     if stmt.ignore_expired:
-        options.append(ast.StreamOption("IGNORE_DISORDER"))
+        options += [ast.StreamOption("IGNORE_DISORDER"), ast.StreamOption(ast.TABLE_EXPIRY)]
     if stmt.ignore_update and query.window is not None:
         # (without a window each written row is transformed on its own: nothing to count twice)
         options.append(ast.StreamOption(ast.WRITTEN_ROWS))

@@ -34,6 +34,7 @@ class Change:
     # the rows this change stands for: bulk paths hand over a run of in-order rows that share
     # their windows as one change (0: a row that only moves the event time on)
     weight: int = 1
+    table: str | None = None  # the row's child table, where expiry is judged per table
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ class GroupState:
     # it was last computed with (no re-send without new rows)
     opened_at: dict[int, int] = field(default_factory=dict)
     delayed: dict[int, int] = field(default_factory=dict)
+    # the newest event time of each child table (``WindowTrigger.table_expiry``)
+    table_max: dict[str, int] = field(default_factory=dict)
+    # (table, timestamp) of the rows the last ``advance`` found expired (not checkpointed)
+    expired: list[tuple[str, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +75,7 @@ class GroupState:
             "opened": sorted(self.opened),
             "opened_at": [[k, v] for k, v in sorted(self.opened_at.items())],
             "delayed": [[k, v] for k, v in sorted(self.delayed.items())],
+            "table_max": self.table_max,
         }
 
     @classmethod
@@ -81,6 +87,7 @@ class GroupState:
             set(data.get("opened", [])),
             {int(k): int(v) for k, v in data.get("opened_at", [])},
             {int(k): int(v) for k, v in data.get("delayed", [])},
+            {str(k): int(v) for k, v in data.get("table_max", {}).items()},
         )
 
 
@@ -109,6 +116,10 @@ class WindowTrigger:
     # the legacy TRIGGER AT_ONCE: every open window a write touches is computed at once, however
     # far the watermark holds its close back (TDengine's pauseAndResume: AT_ONCE WATERMARK 1d)
     at_once: bool = False
+    # the legacy IGNORE EXPIRED 1 judges a row expired against its own child table's progress
+    # (TDengine's legacy engine tracks each table's newest event time): a row of a table that
+    # has not passed the window recalculates it even where other tables closed it
+    table_expiry: bool = False
 
     @staticmethod
     def new_state() -> GroupState:
@@ -134,6 +145,7 @@ class WindowTrigger:
     def advance(self, state: GroupState, changes: Iterable[Change], now: int = 0) -> list[Fired]:
         fired: list[Fired] = []
         recalculated: set[int] = set()
+        state.expired = []
         for change in changes:
             if change.kind == "delete":
                 if self.delete_recalc and state.next_close is not None:
@@ -151,7 +163,10 @@ class WindowTrigger:
                     fired.extend(self._close(state, ts - self.watermark))
             for start in self.spec.starts(ts):
                 if start < state.next_close:
-                    if not self.ignore_disorder and start not in recalculated:
+                    expired = self.ignore_disorder and not self._open_in_table(state, change, start)
+                    if expired and self.table_expiry and change.table is not None and change.kind != "delete":
+                        state.expired.append((change.table, ts))
+                    if not expired and start not in recalculated:
                         recalculated.add(start)
                         fired.append(Fired(RECALC, start, self.spec.end(start), -1))
                     continue
@@ -165,7 +180,18 @@ class WindowTrigger:
                     if previous == 0 and WINDOW_OPEN in self.events and start not in state.opened:
                         state.opened.add(start)
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
+            if self.table_expiry and change.table is not None:
+                state.table_max[change.table] = max(ts, state.table_max.get(change.table, ts))
         return fired
+
+    def _open_in_table(self, state: GroupState, change: Change, start: int) -> bool:
+        """``table_expiry``: whether the window at ``start``, closed for the group, is still
+        open for the row's own table (its newest event time, less the watermark, has not
+        reached the window's end)."""
+        if not self.table_expiry or change.table is None:
+            return False
+        newest = state.table_max.get(change.table)
+        return newest is None or self.spec.end(start) > newest - self.watermark
 
     def _deleted(self, state: GroupState, ts: int, recalculated: set[int]) -> list[Fired]:
         """DELETE_RECALC: closed windows holding the deleted row are computed again; open

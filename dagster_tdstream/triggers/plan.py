@@ -68,6 +68,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             clock_close=stmt.option(ast.FORCE_WINDOW_CLOSE) is not None,
             stream_close=stmt.option(ast.STREAM_EVENT_TIME) is not None,
             at_once=at_once,
+            table_expiry=stmt.option(ast.TABLE_EXPIRY) is not None,
         )
     true_for = None
     if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:

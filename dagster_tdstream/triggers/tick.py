@@ -23,7 +23,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..sql import ast
 from ..sql.timeunits import PRECISIONS
 from ..storage import vfeed, written
 from ..storage.catalog import TableInfo
@@ -127,11 +126,10 @@ def advance_stream(
         if end >= first
         else pa.table({"_change_type": pa.array([], pa.string())})
     )
-    if stream.stmt.option(ast.WRITTEN_ROWS) is not None and not table.virtual and end >= first:
-        written.keep(warehouse, table, stream.key, feed, end)  # before the checkpoint: replays add nothing
     rows = _GroupedRows(warehouse, stream, table)
     fired_at = clock()
     queued: list[dict[str, Any]] = []
+    dropped: list[tuple[str, int]] = []  # rows expired per their own table (``table_expiry``)
     grouped = rows.group(feed)
     expired = stream.stmt.option("EXPIRED_TIME")
     expiry = expired.duration.in_precision(stream.precision) if expired and expired.duration else None
@@ -140,7 +138,11 @@ def advance_stream(
         if expiry is not None:
             changes = _unexpired(changes, state.max_ts, expiry)
         if isinstance(trigger, WindowTrigger):
-            fired = trigger.advance(state, [Change(c.ts, c.kind) for c in changes], fired_at)
+            # (the child table only where expiry is judged per table: otherwise the group's)
+            tables = [c.values.get("tbname") if trigger.table_expiry else None for c in changes]
+            moves = [Change(c.ts, c.kind, table=t) for c, t in zip(changes, tables, strict=True)]
+            fired = trigger.advance(state, moves, fired_at)
+            dropped += state.expired
         else:
             fired = trigger.advance(state, changes, fired_at)
             if isinstance(trigger, RowWindowTrigger) and state.late_from is not None:
@@ -163,6 +165,8 @@ def advance_stream(
             values = json.loads(group_key)
             group_id = rows.identity(values)
             queued += [queue_row(f, values, group_id, end, fired_at) for f in delayed]
+    if written.kept_for(stream, table) and end >= first:
+        written.keep(warehouse, stream, table, feed, dropped, end)  # before the checkpoint: replays add nothing
     catalog.save_checkpoint(stream.key, end, {key: state.to_json() for key, state in states.items()})
     added = catalog.enqueue_triggers(stream.key, queued)
     return TickResult(end, first, added, catalog.count_pending(stream.key), feed.num_rows)
