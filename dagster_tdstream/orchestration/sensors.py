@@ -214,13 +214,16 @@ def runnable_stream(
     return stream
 
 
+CANNOT_RUN = " cannot run: "  # what a tick that failed says (the skip reason it reports)
+
+
 def tick_failed(warehouse: Warehouse, stream_key: str, exc: Exception) -> SkipReason:
     """A tick that cannot advance (a dropped trigger table, a value the trigger cannot
     evaluate): recorded on the stream — SHOW STREAMS says Failed with the reason — and
     reported as the tick's skip reason, so the daemon goes on with the other streams."""
     reason = str(exc) if isinstance(exc, TDStreamError | TriggerTableMissingError) else f"{type(exc).__name__}: {exc}"
     warehouse.catalog.set_stream_error(stream_key, TICK_ERROR + reason)
-    return SkipReason(f"stream {stream_key} cannot run: {reason}")
+    return SkipReason(f"stream {stream_key}{CANNOT_RUN}{reason}")
 
 
 def tick_succeeded(warehouse: Warehouse, stream: StreamDefinition) -> None:

@@ -42,6 +42,7 @@ from ..orchestration.definitions import StreamJob, stream_definitions
 from ..orchestration.live import has_work
 from ..orchestration.notifications import NOTIFICATION_SENSOR, TDStreamNotifier, build_notification_sensor
 from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
+from ..orchestration.sensors import CANNOT_RUN
 from ..orchestration.tags import LIVE_MODE, MODE_TAG, UNTIL_IDLE_TAG
 from ..orchestration.translator import DagsterTDStreamTranslator
 from ..sql import ast
@@ -176,6 +177,9 @@ class StreamHarness:
                 )
                 name = job.schedule.name
             report.ticks += 1
+            if data.skip_message and CANNOT_RUN in data.skip_message:
+                # a tick that could not advance (``sensors.tick_failed``) is a failure, not a skip
+                report.failures.append(f"{name}: {data.skip_message}")
             if data.skip_message:
                 report.skipped[name] = data.skip_message
             else:
