@@ -111,7 +111,7 @@ def test_statistical_aggregates(session: Session) -> None:
     ).rows
     assert math.isclose(std, math.sqrt(1.25)) and math.isclose(var, 1.25)
     assert (p50, p0, p100) == (2.5, 1.0, 4.0)  # exact, interpolated between 2 and 3
-    assert 2.0 <= approx <= 3.0 and distinct == 2 and mode == 5
+    assert approx == 2.0 and distinct == 2 and mode == 5  # TDengine's histogram: the bin 2.0 holds the half
     assert (elapsed_ms, elapsed_s) == (4000.0, 4.0)  # the NULL row still has a timestamp
     windows = session.query("select _wstart, var_pop(v), elapsed(ts, 1s) from t interval(2s)").rows
     assert [(w[1], w[2]) for w in windows] == [(0.25, 1.0), (0.25, 1.0), (None, 0.0)]
@@ -121,6 +121,46 @@ def test_statistical_aggregates(session: Session) -> None:
         session.query("select var_pop(ts) from t")
     with pytest.raises(QueryError, match=r"elapsed\(\) needs the timestamp column"):
         session.query("select elapsed(v) from t")
+
+
+def test_apercentile_is_tdengines_histogram_and_t_digest(session: Session) -> None:
+    """apercentile's values as TDengine computes them (worked out from its thistogram.c and
+    tdigest.c, and TDengine's own stream test's expected cells): the histogram's trapezoid
+    between bins, the t-digest over the values in time order — which drops a value equal to
+    the one just before it, so 3, 3, 3 count once."""
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        f"insert into t values ({T}, 1) ({T + 1}, 2) ({T + 2}, 4) ({T + 3}, 20) ({T + 4}, 3) ({T + 5}, 3)"
+        f" ({T + 6}, 3) ({T + 7}, NULL) ({T + 60_000}, NULL)"
+    )
+    rows = session.query(
+        "select apercentile(v, 30), apercentile(v, 70), apercentile(v, 20, 't-digest'), "
+        "apercentile(v, 60, 't-digest'), apercentile(v, 0), apercentile(v, 100) from t interval(1m)"
+    ).rows
+    assert [tuple(round(x, 9) if x is not None else None for x in r) for r in rows] == [
+        (2.091607978, 3.274823935, 1.5, 3.5, 1.0, 20.0),
+        (None, None, None, None, None, None),
+    ]
+
+
+def test_apercentile_past_500_distinct_values_merges_bins() -> None:
+    """Past 500 distinct values the histogram merges its closest bins (the answer then
+    depends on the order, as in TDengine); up to 500 it does not. Either stays within the
+    values and grows with p."""
+    import random
+
+    from dagster_tdstream.compute.apercentile import apercentile
+
+    rng = random.Random(7)
+    few = [float(rng.randrange(400)) for _ in range(3000)]
+    assert apercentile(few, 37) == apercentile(sorted(few), 37) == apercentile(list(reversed(few)), 37)
+    many = [rng.uniform(0, 1000) for _ in range(5000)]
+    for algorithm in ("default", "t-digest"):
+        answers = [apercentile(many, p, algorithm) for p in (1, 25, 50, 75, 99)]
+        assert answers == sorted(answers) and min(many) <= answers[0] and answers[-1] <= max(many)
+        assert abs(answers[2] - sorted(many)[2500]) < 25  # near the median
+    assert apercentile(many, 50) != apercentile(sorted(many), 50)  # merged bins remember the order
+    assert apercentile([], 50) is None
 
 
 @pytest.mark.parametrize("zone", ["Asia/Shanghai", "America/New_York"])

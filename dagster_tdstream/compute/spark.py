@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SparkUnavailableError
+from ..sql.translate.functions import APERCENTILE_UDF
+from .apercentile import apercentile
 from .spark_server import endpoint_reachable, ensure_server, server_home
 
 SPARK_MASTER_ENV = "TDSTREAM_SPARK_MASTER"
@@ -72,6 +74,10 @@ def build_spark_session(
     settings = {**SESSION_CONF, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.sql.")}}
     for key, value in settings.items():
         session.conf.set(key, value)
+    from pyspark.sql.types import DoubleType
+
+    # TDengine's own apercentile algorithms, which Spark has no counterpart of
+    session.udf.register(APERCENTILE_UDF, apercentile, DoubleType())
     return session
 
 

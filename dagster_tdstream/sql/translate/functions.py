@@ -20,6 +20,9 @@ NUMERIC = ("int", "float")
 STRING = ("string",)
 ANY = ("int", "float", "string", "bool", "ts", "other")
 
+# the Python UDF every Spark session registers for apercentile (``compute/apercentile.py``)
+APERCENTILE_UDF = "tdstream_apercentile"
+
 
 @dataclass(frozen=True)
 class Scalar:
@@ -108,7 +111,9 @@ AGGREGATES: dict[str, str] = {
     "stddev_pop": "population standard deviation",
     "var_pop": "population variance",
     "percentile": "percentile(col, p): the exact p-th percentile (0-100), interpolated",
-    "apercentile": "apercentile(col, p[, 'default'|'t-digest']): an approximate p-th percentile",
+    "apercentile": "apercentile(col, p[, 'default'|'t-digest']): an approximate p-th percentile, by"
+    " TDengine's own algorithms: its histogram of at most 500 bins (default) or its t-digest (compression"
+    " 300), over the values in time order",
     "hyperloglog": "approximate number of distinct non-NULL values",
     "mode": "the most frequent non-NULL value (the smallest of equally frequent ones)",
     "elapsed": "elapsed(ts[, unit]): time from the first to the last row, in unit (default: the precision)",

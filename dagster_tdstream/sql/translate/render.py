@@ -15,7 +15,7 @@ from ..intervals import CalendarSql
 from ..timeunits import PRECISIONS, TimeValueError, now_in, parse_timestamp
 from ..tsma import FUNCTION_STATES
 from ..walk import conjuncts
-from .functions import AGGREGATES, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
+from .functions import AGGREGATES, APERCENTILE_UDF, NUMERIC, OTHER, SCALARS, SERIES_FUNCTIONS, TIME_FUNCTIONS, Scalar
 from .scope import (
     INTERP_PSEUDO,
     TRIGGER_NAMES,
@@ -582,7 +582,8 @@ class Renderer:
 
     def _percentile(self, expr: ast.Func) -> Typed:
         """percentile(col, p): the exact p-th percentile, interpolated; apercentile(col, p[,
-        algorithm]): an approximation (Spark's). p is a constant in [0, 100]."""
+        algorithm]): TDengine's approximation (a Python UDF over the values in time order,
+        ``compute/apercentile.py``). p is a constant in [0, 100]."""
         name = expr.name
         most = 3 if name == "apercentile" else 2
         if not 2 <= len(expr.args) <= most:
@@ -593,14 +594,19 @@ class Renderer:
         p = expr.args[1]
         if not (isinstance(p, ast.Literal) and p.kind in ("int", "float") and 0 <= float(p.value) <= 100):  # type: ignore[arg-type]
             raise query_error(f"{name}() takes a constant percentile from 0 to 100", p)
+        algorithm = "default"
         if len(expr.args) == 3:
-            algorithm = expr.args[2]
-            if not (isinstance(algorithm, ast.Literal) and str(algorithm.value).lower() in ("default", "t-digest")):
-                raise query_error("apercentile() algorithm is 'default' or 't-digest'", algorithm)
-        fraction = float(p.value) / 100  # type: ignore[arg-type]
+            given = expr.args[2]
+            if not (isinstance(given, ast.Literal) and str(given.value).lower() in ("default", "t-digest")):
+                raise query_error("apercentile() algorithm is 'default' or 't-digest'", given)
+            algorithm = str(given.value).lower()
         if name == "percentile":
-            return Typed(f"percentile({arg.sql}, {fraction})", "float", True)
-        return Typed(f"CAST(percentile_approx({arg.sql}, {fraction}) AS DOUBLE)", "float", True)
+            return Typed(f"percentile({arg.sql}, {float(p.value) / 100})", "float", True)  # type: ignore[arg-type]
+        if self.scope.pk is not None:
+            values = f"transform({self._points(arg.sql, newest_first=False)}, p -> p.v)"
+        else:  # no time to order by: the values as Spark collects them
+            values = f"collect_list(CAST({arg.sql} AS DOUBLE))"
+        return Typed(f"{APERCENTILE_UDF}({values}, {float(p.value)}D, '{algorithm}')", "float", True)  # type: ignore[arg-type]
 
     def _points(self, value_sql: str, *, newest_first: bool) -> str:
         """The group's non-NULL values as (t, v) structs sorted by time: an aggregate over
