@@ -223,6 +223,9 @@ def tick_failed(warehouse: Warehouse, stream_key: str, exc: Exception) -> SkipRe
     reported as the tick's skip reason, so the daemon goes on with the other streams."""
     reason = str(exc) if isinstance(exc, TDStreamError | TriggerTableMissingError) else f"{type(exc).__name__}: {exc}"
     warehouse.catalog.set_stream_error(stream_key, TICK_ERROR + reason)
+    if isinstance(exc, TriggerTableMissingError):
+        # TDengine ignores a dropped trigger table: the stream waits, nothing went wrong
+        return SkipReason(f"stream {stream_key} has nothing to read: {reason}")
     return SkipReason(f"stream {stream_key}{CANNOT_RUN}{reason}")
 
 

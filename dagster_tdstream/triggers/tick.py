@@ -374,6 +374,7 @@ class _GroupedRows:
     def _values(self, record: dict[str, Any], tbname: str) -> dict[str, Any]:
         source = self._table_of(tbname)
         values = {c.name: record.get(c.name) for c in self.table.columns}
+        values.update({t.name: None for t in self.table.tags})  # a tag added since: NULL until set
         if source is not None:
             values.update(source.tag_values)
         values["tbname"] = tbname
