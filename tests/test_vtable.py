@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream import Session, StreamHarness, Warehouse
 from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.storage.registry import load_streams
 
@@ -308,3 +308,32 @@ def test_a_subscription_to_a_virtual_table(session: Session) -> None:
         {"ts": 5000, "c1": 5, "c2": 50}, {"ts": 6000, "c1": 6, "c2": None}, {"ts": 7000, "c1": None, "c2": None},
     ]  # fmt: skip
     assert sub.consume() == []
+
+
+def test_a_period_stream_over_a_virtual_child_table_reads_the_rows_written_between_ticks(
+    warehouse: Warehouse, spark: object
+) -> None:
+    """PERIOD with a virtual child table as its trigger table: each tick's %%trows are the
+    virtual rows its sources wrote since the last tick (the child's rows of its super table's
+    feed, not its sibling's), a completed row counted where it now stands."""
+    session = Session(warehouse, timezone="UTC")
+    session.execute(
+        SOURCES + "create stable vs (ts timestamp, a int, b int) tags (g int) virtual 1;"
+        "create vtable vc1 (a from t1.value, b from t2.value) using vs tags (1);"
+        "create vtable vc2 (a from t3.value1) using vs tags (2);"
+        "create stream p period(10s) from vc1 into p_out as select cast(_tlocaltime / 1000000 as timestamp) ts,"
+        " count(*) c, sum(a) sa, sum(b) sb from %%trows"
+    )
+    base = 1_800_000_000 * 10**9
+    harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: base)
+    assert harness.run_until_idle().runs == 0
+    session.execute("insert into t1 values (6000, 6) (7000, 7); insert into t3 values (6000, 1, 1)")
+    harness.advance_clock(10)
+    assert harness.run_until_idle().failures == []
+    session.execute("insert into t2 values (7000, 70) (8000, 80)")
+    harness.advance_clock(10)
+    assert harness.run_until_idle().failures == []
+    ms = base // 10**6
+    assert output(session, "select ts, c, sa, sb from p_out order by ts") == [
+        (ms + 10000, 2, 13, None), (ms + 20000, 2, 7, 150),
+    ]  # fmt: skip
