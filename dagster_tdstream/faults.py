@@ -17,9 +17,12 @@ FAILPOINTS = ("before-output-commit", "after-output-commit", "after-triggers-fin
 # the points of a write: its Delta commit is made, the catalog's marks are not yet recorded;
 # a statement's first table is committed, the next not yet
 WRITE_FAILPOINTS = ("after-data-commit", "between-table-commits")
+# the points of a trigger tick's own commits: a virtual table's feed synced (its rows computed,
+# then committed) and a legacy stream's replaced rows kept, each before the tick's checkpoint
+TICK_FAILPOINTS = ("feed-rows-computed", "after-feed-commit", "after-written-commit")
 
 
 def failpoint(name: str) -> None:
-    assert name in FAILPOINTS or name in WRITE_FAILPOINTS, name
+    assert name in FAILPOINTS or name in WRITE_FAILPOINTS or name in TICK_FAILPOINTS, name
     if os.environ.get(FAILPOINT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)

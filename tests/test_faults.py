@@ -66,3 +66,50 @@ def test_a_run_killed_at_any_point_loses_and_repeats_nothing(
     else:
         assert len(delivered) == 8  # each window's close, under one triggerId however often sent
     assert {e["eventType"] for e in events} == {"WINDOW_CLOSE"}
+
+
+@pytest.mark.parametrize("failpoint", ["feed-rows-computed", "after-feed-commit"])
+def test_a_tick_killed_while_syncing_a_virtual_tables_feed_loses_and_repeats_nothing(
+    session: Session, warehouse: Warehouse, failpoint: str
+) -> None:
+    """A stream on a virtual table, its process killed with the feed's rows computed and not
+    committed, or committed and not checkpointed: run again, each window is written once with
+    the rows the virtual table has, and the feed holds exactly its rows."""
+    session.execute(
+        "create database d; use d; create table t1 (ts timestamp, v int); create table t2 (ts timestamp, w int);"
+        "create vtable v (ts timestamp, a int from t1.v, b int from t2.w);"
+        "create stream s interval(10s) sliding(10s) from v into out as"
+        " select _twstart ts, count(*) n, sum(a) sa, sum(b) sb from %%trows"
+    )
+    session.execute(
+        f"insert into t1 values ({T}, 1) ({T + 5000}, 2) ({T + 12000}, 3);"
+        f"insert into t2 values ({T}, 10) ({T + 12000}, 30) ({T + 21000}, 40)"
+    )
+    killed = headless_run(warehouse, failpoint)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    session.execute(f"insert into t1 values ({T + 30000}, 5)")
+    finished = headless_run(warehouse)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert output(session, "select ts, n, sa, sb from out order by ts") == [
+        (T, 2, 3, 10), (T + 10000, 1, 3, 30), (T + 20000, 1, None, 40),
+    ]  # fmt: skip
+    feed = warehouse.read_table(warehouse.table("d", "v")).to_pydict()
+    assert sorted(zip(*feed.values(), strict=True)) == output(session, "select * from v")
+
+
+def test_a_tick_killed_after_keeping_replaced_rows_keeps_them_once(session: Session, warehouse: Warehouse) -> None:
+    """A legacy IGNORE UPDATE 1 stream (a rewrite is one more row) killed after its tick kept
+    the replaced rows and before its checkpoint: the tick done again keeps none twice."""
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream s trigger window_close into out as select _wstart, count(*) n, sum(v) total from t interval(10s)"
+    )
+    session.execute(
+        f"insert into t values ({T}, 1); insert into t values ({T}, 2); insert into t values ({T + 5000}, 3)"
+    )
+    killed = headless_run(warehouse, "after-written-commit")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    session.execute(f"insert into t values ({T + 10000}, 4)")  # closes [T, T + 10 s)
+    finished = headless_run(warehouse)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert output(session, "select n, total from out") == [(3, 6)]  # 1 (replaced), 2 and 3

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..faults import failpoint
 from .catalog import TableInfo
 from .types import arrow_schema
 from .warehouse import Warehouse
@@ -94,12 +95,16 @@ def sync(warehouse: Warehouse, info: TableInfo) -> int:
             stored = _stored(warehouse, root, schema, affected)
         vanished = _vanished(root, affected, rows)
         rows = _changed(rows, stored, keys)
+        failpoint("feed-rows-computed")
         if not vanished and rows.num_rows == 0:
-            return _record(warehouse, db, feed, extra)
-        if not vanished and not _overlaps(rows, stored, keys):
-            return delta.append(db, feed, rows, {}, extra)
-        predicate = warehouse.keys_predicate(root, vanished) if vanished else None
-        return delta.upsert(db, feed, rows, keys, {}, delete_unmatched=predicate, extra=extra)
+            version = _record(warehouse, db, feed, extra)
+        elif not vanished and not _overlaps(rows, stored, keys):
+            version = delta.append(db, feed, rows, {}, extra)
+        else:
+            predicate = warehouse.keys_predicate(root, vanished) if vanished else None
+            version = delta.upsert(db, feed, rows, keys, {}, delete_unmatched=predicate, extra=extra)
+        failpoint("after-feed-commit")
+        return version
 
 
 def _schema(root: TableInfo) -> pa.Schema:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..faults import failpoint
 from ..sql import ast
 from .catalog import RESERVED_PREFIX, TableInfo
 from .registry import StreamDefinition
@@ -86,6 +87,7 @@ def _append(
     rows = rows_after(done)
     if rows.num_rows:
         delta.append(db, storage, rows, {}, {THROUGH_KEY: str(through)})
+        failpoint("after-written-commit")
 
 
 def _replaced(feed: pa.Table, schema: pa.Schema, done: int) -> pa.Table:
