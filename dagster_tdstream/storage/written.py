@@ -77,15 +77,16 @@ def _append(
     """Append the rows ``rows_after(done)`` gives (``done``: the offset the table accounts for
     so far) in a commit that accounts for ``through``; nothing when it already does."""
     delta = warehouse.delta
-    if not delta.exists(db, storage):
-        delta.create(db, storage, schema)
-    version = delta.version(db, storage)
+    exists = delta.exists(db, storage)
+    version = delta.version(db, storage) if exists else 0
     info = delta.commit_info(db, storage, version) if version > 0 else None
     done = int(info.get(THROUGH_KEY, -1)) if info else -1
     if through <= done:
         return
     rows = rows_after(done)
-    if rows.num_rows:
+    if rows.num_rows:  # (created with its first rows: a stream without any reads nothing more)
+        if not exists:
+            delta.create(db, storage, schema)
         delta.append(db, storage, rows, {}, {THROUGH_KEY: str(through)})
         failpoint("after-written-commit")
 
