@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream import Session, StreamHarness, Warehouse
 from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.legacy_stream import equivalent_stream
@@ -187,6 +187,35 @@ def test_ignore_expired_1_judges_each_child_tables_rows_against_that_table(
     assert output(session, "select * from o order by 1") == [
         (W0, 1, 16, 0), (W0 + 20_000, 1, 2, 0), (W0 + 30_000, 1, 1, 0),
     ]  # fmt: skip
+
+
+def test_continuous_window_close_recalculates_late_rows_and_deletes_each_period(
+    warehouse: Warehouse, spark: object
+) -> None:
+    """TRIGGER CONTINUOUS_WINDOW_CLOSE RECALCULATE t: a row in a window its own table has
+    passed, and a delete, wait for the next period of t (processing time) to be recalculated;
+    a row of a table that has not passed the window is computed at once."""
+    session = Session(warehouse, timezone="UTC")
+    _setup(session)
+    session.execute(
+        "create stream s trigger continuous_window_close recalculate 1m ignore update 0 ignore expired 0 into o as"
+        " select _wstart, count(*) c, sum(a) s from st interval(10s)"
+    )
+    harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: 1_800_000_000 * 10**9)
+    session.execute(f"insert into t1 values ({W0}, 1, 1) ({W0 + 10_000}, 2, 2) ({W0 + 20_000}, 4, 4)")
+    assert harness.run_until_idle().failures == []
+    assert [r[:3] for r in output(session, "select * from o order by 1")] == [(W0, 1, 1), (W0 + 10_000, 1, 2)]
+    session.execute(f"insert into t2 values ({W0 + 2000}, 8, 8)")  # t2 has not passed [W0, W0 + 10 s)
+    session.execute(f"insert into t1 values ({W0 + 11_000}, 16, 16)")  # t1 has passed [W0 + 10 s, …)
+    session.execute(f"delete from t1 where ts = {W0 + 10_000}")
+    assert harness.run_until_idle().failures == []
+    assert [r[:3] for r in output(session, "select * from o order by 1")] == [(W0, 2, 9), (W0 + 10_000, 1, 2)]
+    harness.advance_clock(30)
+    assert harness.run_until_idle().failures == []
+    assert [r[:3] for r in output(session, "select * from o order by 1")] == [(W0, 2, 9), (W0 + 10_000, 1, 2)]
+    harness.advance_clock(31)  # the period has passed: both windows are computed again
+    assert harness.run_until_idle().failures == []
+    assert [r[:3] for r in output(session, "select * from o order by 1")] == [(W0, 2, 9), (W0 + 10_000, 1, 16)]
 
 
 def test_window_close_default_pause_and_resume(session: Session, harness: StreamHarness) -> None:

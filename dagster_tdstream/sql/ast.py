@@ -614,6 +614,9 @@ RECALC_COUNT_WINDOW = "RECALC_COUNT_WINDOW"
 # the legacy CONTINUOUS_WINDOW_CLOSE: a window closes when the stream's newest event time, over
 # all its groups, passes its end (TDengine's task event time), not only its own group's
 STREAM_EVENT_TIME = "STREAM_EVENT_TIME"
+# the legacy CONTINUOUS_WINDOW_CLOSE [RECALCULATE t]: a row that lands in a window its own table
+# has passed (or a delete) is recalculated at the next period of t (default 1h), not at once
+RECALC_PERIOD = "RECALC_PERIOD"
 # the legacy IGNORE EXPIRED 1 over a super table's rows: a row is expired when its own child
 # table's newest event time has passed its window (TDengine's legacy engine tracks each table's)
 TABLE_EXPIRY = "TABLE_EXPIRY"

@@ -408,6 +408,8 @@ def equivalent_stream(
         options.append(ast.StreamOption(ast.FORCE_WINDOW_CLOSE))
     elif stmt.trigger == "CONTINUOUS_WINDOW_CLOSE":
         options.append(ast.StreamOption(ast.STREAM_EVENT_TIME))
+        period = stmt.recalculate or ast.Duration(1, "h")  # TDengine's default: 60 minutes
+        options.append(ast.StreamOption(ast.RECALC_PERIOD, duration=period))
     if query.where is not None:
         options.append(ast.StreamOption("PRE_FILTER", expr=query.where))
     # unaliased items keep the name they were written with (``_wstart``, not ``_twstart``)

@@ -66,6 +66,10 @@ class GroupState:
     table_max: dict[str, int] = field(default_factory=dict)
     # (table, timestamp) of the rows the last ``advance`` found expired (not checkpointed)
     expired: list[tuple[str, int]] = field(default_factory=list)
+    # ``WindowTrigger.recalc_every``: closed windows waiting for the periodic recalculation,
+    # and when (processing time, ns) the wait began
+    deferred: set[int] = field(default_factory=set)
+    deferred_since: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +80,8 @@ class GroupState:
             "opened_at": [[k, v] for k, v in sorted(self.opened_at.items())],
             "delayed": [[k, v] for k, v in sorted(self.delayed.items())],
             "table_max": self.table_max,
+            "deferred": sorted(self.deferred),
+            "deferred_since": self.deferred_since,
         }
 
     @classmethod
@@ -88,6 +94,8 @@ class GroupState:
             {int(k): int(v) for k, v in data.get("opened_at", [])},
             {int(k): int(v) for k, v in data.get("delayed", [])},
             {str(k): int(v) for k, v in data.get("table_max", {}).items()},
+            deferred={int(s) for s in data.get("deferred", [])},
+            deferred_since=data.get("deferred_since"),
         )
 
 
@@ -120,6 +128,14 @@ class WindowTrigger:
     # (TDengine's legacy engine tracks each table's newest event time): a row of a table that
     # has not passed the window recalculates it even where other tables closed it
     table_expiry: bool = False
+    # the legacy CONTINUOUS_WINDOW_CLOSE's periodic recalculation (processing time, ns): a row
+    # in a window its own table has passed, or a delete, waits for the next period
+    recalc_every: int | None = None
+
+    @property
+    def per_table(self) -> bool:
+        """Whether rows are judged against their own child table's progress."""
+        return self.table_expiry or self.recalc_every is not None
 
     @staticmethod
     def new_state() -> GroupState:
@@ -127,10 +143,17 @@ class WindowTrigger:
 
     def delayed(self, state: GroupState, now: int) -> list[Fired]:
         """MAX_DELAY: open windows (that the watermarked progress has reached) whose delay
-        passed since they opened or were last computed, and that got rows since then."""
-        if self.max_delay is None or state.max_ts is None:
-            return []
+        passed since they opened or were last computed, and that got rows since then; and
+        the periodic recalculation's windows once its period has passed."""
         fired = []
+        if self.recalc_every is not None and state.deferred:
+            if state.deferred_since is None:
+                state.deferred_since = now
+            if now - state.deferred_since >= self.recalc_every:
+                fired += [Fired(RECALC, start, self.spec.end(start), -1) for start in sorted(state.deferred)]
+                state.deferred, state.deferred_since = set(), None
+        if self.max_delay is None or state.max_ts is None:
+            return fired
         progress = state.max_ts - (0 if self.at_once else self.watermark)
         for start in sorted(state.counts):
             count = state.counts[start]
@@ -149,7 +172,7 @@ class WindowTrigger:
         for change in changes:
             if change.kind == "delete":
                 if self.delete_recalc and state.next_close is not None:
-                    fired += self._deleted(state, change.ts, recalculated)
+                    fired += self._deleted(state, change.ts, recalculated, now)
                 continue  # without DELETE_RECALC deletes do not trigger
             ts = change.ts
             if state.next_close is None:
@@ -163,9 +186,13 @@ class WindowTrigger:
                     fired.extend(self._close(state, ts - self.watermark))
             for start in self.spec.starts(ts):
                 if start < state.next_close:
-                    expired = self.ignore_disorder and not self._open_in_table(state, change, start)
+                    open_for_table = self._open_in_table(state, change, start)
+                    expired = self.ignore_disorder and not open_for_table
                     if expired and self.table_expiry and change.table is not None and change.kind != "delete":
                         state.expired.append((change.table, ts))
+                    if not expired and self.recalc_every is not None and not open_for_table:
+                        self._defer(state, start, now)
+                        continue
                     if not expired and start not in recalculated:
                         recalculated.add(start)
                         fired.append(Fired(RECALC, start, self.spec.end(start), -1))
@@ -180,27 +207,35 @@ class WindowTrigger:
                     if previous == 0 and WINDOW_OPEN in self.events and start not in state.opened:
                         state.opened.add(start)
                         fired.append(Fired(WINDOW_OPEN, start, self.spec.end(start), 0))
-            if self.table_expiry and change.table is not None:
+            if self.per_table and change.table is not None:
                 state.table_max[change.table] = max(ts, state.table_max.get(change.table, ts))
         return fired
+
+    def _defer(self, state: GroupState, start: int, now: int) -> None:
+        """A closed window for the periodic recalculation (its period runs from the first)."""
+        state.deferred.add(start)
+        if state.deferred_since is None:
+            state.deferred_since = now
 
     def _open_in_table(self, state: GroupState, change: Change, start: int) -> bool:
         """``table_expiry``: whether the window at ``start``, closed for the group, is still
         open for the row's own table (its newest event time, less the watermark, has not
         reached the window's end)."""
-        if not self.table_expiry or change.table is None:
+        if not self.per_table or change.table is None:
             return False
         newest = state.table_max.get(change.table)
         return newest is None or self.spec.end(start) > newest - self.watermark
 
-    def _deleted(self, state: GroupState, ts: int, recalculated: set[int]) -> list[Fired]:
-        """DELETE_RECALC: closed windows holding the deleted row are computed again; open
-        windows just count one row less."""
+    def _deleted(self, state: GroupState, ts: int, recalculated: set[int], now: int) -> list[Fired]:
+        """DELETE_RECALC: closed windows holding the deleted row are computed again (at the
+        next period of a periodic recalculation); open windows just count one row less."""
         assert state.next_close is not None
         fired = []
         for start in self.spec.starts(ts):
             if start < state.next_close:
-                if start not in recalculated:
+                if self.recalc_every is not None:
+                    self._defer(state, start, now)
+                elif start not in recalculated:
                     recalculated.add(start)
                     fired.append(Fired(RECALC, start, self.spec.end(start), -1))
             elif state.counts.get(start):

@@ -55,6 +55,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             trigger.interval, trigger.sliding, trigger.interval_offset, precision, resolve_timezone(timezone).key
         )
         watermark = stmt.option("WATERMARK")
+        recalc = stmt.option(ast.RECALC_PERIOD)
         return WindowTrigger(
             spec=spec,
             watermark=watermark.duration.in_precision(precision) if watermark and watermark.duration else 0,
@@ -69,6 +70,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             stream_close=stmt.option(ast.STREAM_EVENT_TIME) is not None,
             at_once=at_once,
             table_expiry=stmt.option(ast.TABLE_EXPIRY) is not None,
+            recalc_every=recalc.duration.nanos if recalc is not None and recalc.duration else None,
         )
     true_for = None
     if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:

@@ -139,7 +139,7 @@ def advance_stream(
             changes = _unexpired(changes, state.max_ts, expiry)
         if isinstance(trigger, WindowTrigger):
             # (the child table only where expiry is judged per table: otherwise the group's)
-            tables = [c.values.get("tbname") if trigger.table_expiry else None for c in changes]
+            tables = [c.values.get("tbname") if trigger.per_table else None for c in changes]
             moves = [Change(c.ts, c.kind, table=t) for c, t in zip(changes, tables, strict=True)]
             fired = trigger.advance(state, moves, fired_at)
             dropped += state.expired
