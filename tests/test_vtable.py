@@ -337,3 +337,21 @@ def test_a_period_stream_over_a_virtual_child_table_reads_the_rows_written_betwe
     assert output(session, "select ts, c, sa, sb from p_out order by ts") == [
         (ms + 10000, 2, 13, None), (ms + 20000, 2, 7, 150),
     ]  # fmt: skip
+
+
+def test_a_virtual_trigger_tables_source_of_another_type_fails_its_tick_with_both_types(
+    session: Session, harness: StreamHarness
+) -> None:
+    """A source table created again with the column of another type: the stream's tick says
+    which column reads what, as a query of the virtual table does, and writes nothing."""
+    session.execute(
+        SOURCES
+        + V1
+        + ";create stream s interval(2s) sliding(2s) from v1 into o as select _twstart, count(*) from %%trows;"
+        "drop table t2; create table t2 (ts timestamp, value varchar(8)); insert into t2 values (8000, 'x')"
+    )
+    report = harness.run_until_idle()
+    assert len(report.failures) == 1
+    assert "column c2 reads d.t2.value, which is now VARCHAR (the column is INT)" in report.failures[0]
+    with pytest.raises(TDStreamError, match="which is now VARCHAR"):
+        session.query("select * from v1")

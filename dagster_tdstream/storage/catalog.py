@@ -40,6 +40,7 @@ from sqlalchemy import (
     update,
 )
 
+from ..errors import CatalogError
 from ..sql.ast import ColumnDef
 from .types import type_from_json, type_to_json
 
@@ -243,6 +244,20 @@ class TableInfo:
     @property
     def primary_key(self) -> str:
         return self.columns[0].name
+
+
+def check_virtual_source(info: TableInfo, pairs: Iterable[tuple[ColumnDef, str]], source: TableInfo) -> None:
+    """A virtual table's columns (with the source column each reads) against their source as it
+    is now: a column gone or of another type since is an error naming both."""
+    present = {c.name: c for c in source.columns}
+    for column, source_column in pairs:
+        found = present.get(source_column)
+        if found is None or found.type != column.type:
+            now = "is gone" if found is None else f"is now {found.type.name}"
+            raise CatalogError(
+                f"virtual table {info.db}.{info.name}: column {column.name} reads "
+                f"{source.db}.{source.name}.{source_column}, which {now} (the column is {column.type.name})"
+            )
 
 
 @dataclass(frozen=True)

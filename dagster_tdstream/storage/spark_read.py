@@ -22,7 +22,7 @@ from ..errors import CatalogError
 from ..sql import ast
 from ..sql.ast import QualifiedName
 from ..sql.translate import SourceTable
-from .catalog import TableInfo
+from .catalog import TableInfo, check_virtual_source
 from .delta import is_local, local_path
 from .system import SYSTEM_DB, system_schema, system_table
 from .types import arrow_schema, arrow_type
@@ -146,15 +146,7 @@ def virtual_frame(
         source = warehouse.find_table(db, table)
         if source is None or source.virtual:
             continue  # dropped since (TDengine: its columns read nothing, even once recreated)
-        present = {c.name: c for c in source.columns}
-        for column, source_column in pairs:
-            found = present.get(source_column)
-            if found is None or found.type != column.type:
-                now = "is gone" if found is None else f"is now {found.type.name}"
-                raise CatalogError(
-                    f"virtual table {info.db}.{info.name}: column {column.name} reads {db}.{table}.{source_column}, "
-                    f"which {now} (the column is {column.type.name})"
-                )
+        check_virtual_source(info, pairs, source)
         rows = table_frame(spark, warehouse, source, key_range=key_range, tags=False)
         frames.append(rows.select(F.col(source.primary_key).alias(pk), *(F.col(s).alias(c.name) for c, s in pairs)))
     if frames:

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..faults import failpoint
-from .catalog import TableInfo
+from ..sql.ast import ColumnDef
+from .catalog import TableInfo, check_virtual_source
 from .types import arrow_schema
 from .warehouse import Warehouse
 
@@ -115,17 +116,18 @@ def _members(warehouse: Warehouse, root: TableInfo) -> list[_Member]:
     tables = warehouse.catalog.child_tables(root.db, root.name) if root.kind == "super" else [root]
     members = []
     for table in tables:
-        by_table: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        by_table: dict[tuple[str, str], list[tuple[ColumnDef, str]]] = {}
         for column in table.columns[1:]:
             ref = (table.refs or {}).get(column.name)
             if ref is not None:
                 source_db, source_table, source_column = ref.split(".")
-                by_table.setdefault((source_db, source_table), []).append((column.name, source_column))
+                by_table.setdefault((source_db, source_table), []).append((column, source_column))
         sources = []
         for (source_db, source_table), pairs in sorted(by_table.items()):
             source = warehouse.find_table(source_db, source_table)
             if source is not None and not source.virtual:  # dropped since: its columns read NULL
-                sources.append(_Source(source, tuple(pairs)))
+                check_virtual_source(table, pairs, source)  # as a query of it would
+                sources.append(_Source(source, tuple((c.name, s) for c, s in pairs)))
         members.append(_Member(table, tuple(sources)))
     return members
 
