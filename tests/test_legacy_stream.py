@@ -535,6 +535,30 @@ def test_window_close_fills_the_windows_without_rows_as_the_query_does(
             assert written == expected, (fill, child)
 
 
+def test_a_late_window_refills_the_filled_windows_around_it(session: Session, harness: StreamHarness) -> None:
+    """A late row that lands in a filled window, or makes a window real between filled ones:
+    the filled windows on both sides are filled again against the windows that hold rows (the
+    trigger table says which), equal to the batch query's FILL afterwards."""
+    _setup(session)
+    for i, fill in enumerate(FILLS):
+        session.execute(
+            f"create stream f{i} trigger window_close ignore expired 0 ignore update 0 into fo{i} as"
+            f" select _wstart ws, count(*) c, sum(a) s, max(b) m from st partition by tbname interval(10s) fill({fill})"
+        )
+    session.execute(f"insert into t1 values ({W0}, 1, 1) ({W0 + 50_000}, 5, 50) ({W0 + 61_000}, 6, 60)")
+    session.execute(f"insert into t2 values ({W0 + 3_000}, 2, 2) ({W0 + 40_000}, 4, 40) ({W0 + 55_000}, 9, 9)")
+    assert harness.run_until_idle().failures == []
+    # late rows: t1's in the middle of its filled windows, t2's next to its last real window
+    session.execute(f"insert into t1 values ({W0 + 25_000}, 100, 100) t2 values ({W0 + 31_000}, 7, 7)")
+    assert harness.run_until_idle().failures == []
+    for i, fill in enumerate(FILLS):
+        for child, end in (("t1", W0 + 60_000), ("t2", W0 + 50_000)):
+            query = f"select _wstart, count(*), sum(a), max(b) from {child} where ts < {end} interval(10s) fill({fill})"
+            group = _group_id(session, i, child)
+            written = output(session, f"select ws, c, s, m from fo{i} where group_id = {group} order by ws")
+            assert written == output(session, query), (fill, child)
+
+
 def _group_id(session: Session, index: int, child: str) -> int:
     """The output child table of a source child table: the one holding its first window."""
     (first, total), *_ = output(session, f"select _wstart, sum(a) from {child} interval(10s)")

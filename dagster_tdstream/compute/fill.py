@@ -39,10 +39,14 @@ def fill_windows(
     triggers: Sequence[dict[str, Any]],
     now: int,
     replace_range: tuple[int, int] | None = None,
+    rows_around: dict[Group, tuple[int | None, int | None]] | None = None,
 ) -> pa.Table:
     """``result`` (one column per output column, then ``__tid``) with the filled windows:
     empty windows' rows replaced by FILL's values, the gaps around windows with rows added
-    (a recalculated ``replace_range`` is refilled up to the written windows beyond it)."""
+    (a recalculated ``replace_range`` is refilled up to the written windows beyond it).
+    ``rows_around``: per group, the trigger table's newest row before the batch's windows and
+    its oldest after them — a late window between written ones is filled against the windows
+    that hold those rows, so the filled windows between are written again."""
     option = stream.stmt.option(ast.LEGACY_FILL)
     assert option is not None and option.fill is not None and stream.stmt.query is not None
     mode = option.fill.mode.removesuffix("_F")
@@ -57,10 +61,23 @@ def fill_windows(
         row = [column[index] for column in values]
         empty = fired["event"] == WINDOW_CLOSE and int(fired["row_count"]) == 0
         per_group.setdefault(group_of(fired), {})[int(fired["wstart"])] = (row, int(tid), empty)
-    before, after = _neighbours(warehouse, stream, per_group, len(names), replace_range)
+    before, after, written = _neighbours(warehouse, stream, per_group, len(names), replace_range)
     rows: list[list[Any]] = []
     tids: list[int] = []
     spec = trigger.spec
+    for group, (newest_before, oldest_after) in (rows_around or {}).items():
+        if group not in per_group:
+            continue
+        first, last = min(per_group[group]), max(per_group[group])
+        held = written.get(group, {})
+        if newest_before is not None:
+            start = max((s for s in spec.starts(newest_before) if s < first), default=None)
+            if start is not None and start in held:
+                before[group] = (start, held[start])
+        if oldest_after is not None:
+            start = min((s for s in spec.starts(oldest_after) if s > last), default=None)
+            if start is not None and start in held:
+                after[group] = (start, held[start])
 
     def fill_gap(previous: tuple[int, list[Any]], following: tuple[int, list[Any]], tid: int) -> None:
         """The windows strictly between two written ones."""
@@ -166,15 +183,15 @@ def _neighbours(
     per_group: dict[Group, dict[int, Any]],
     width: int,
     replace_range: tuple[int, int] | None,
-) -> tuple[dict[Group, tuple[int, list[Any]]], dict[Group, tuple[int, list[Any]]]]:
+) -> tuple[dict[Group, tuple[int, list[Any]]], dict[Group, tuple[int, list[Any]]], dict[Group, dict[int, list[Any]]]]:
     """Each group's written windows around the batch: the latest before its first window and
     the earliest after its last (their starts and rows) — outside ``replace_range``, whose
-    rows the write replaces."""
+    rows the write replaces — and every written window of the group by its start."""
     if stream.output is None or not per_group:
-        return {}, {}
+        return {}, {}, {}
     info = warehouse.find_table(*stream.output)
     if info is None:
-        return {}, {}
+        return {}, {}, {}
     group_of_child = {
         (child_table_name(stream, group) if info.kind != "normal" else info.name): group for group in per_group
     }
@@ -188,7 +205,7 @@ def _neighbours(
         filters=[("tbname", "in", sorted(group_of_child))] if super_table else None,
     )
     if data.num_rows == 0:
-        return {}, {}
+        return {}, {}, {}
     starts = data.column(info.primary_key).cast(pa.int64()).to_pylist()
     tables = data.column("tbname").to_pylist() if super_table else [info.name] * data.num_rows
     columns = [
@@ -198,10 +215,12 @@ def _neighbours(
     low, high = replace_range or (None, None)
     before: dict[Group, tuple[int, list[Any]]] = {}
     after: dict[Group, tuple[int, list[Any]]] = {}
+    written: dict[Group, dict[int, list[Any]]] = {}
     for index, (start, table) in enumerate(zip(starts, tables, strict=True)):
         group = group_of_child.get(table)
         if group is None:
             continue
+        written.setdefault(group, {})[start] = [c[index] for c in columns]
         first, last = min(per_group[group]), max(per_group[group])
         earlier = start < (first if low is None else min(first, low))
         later = start > (last if high is None else max(last, high - 1))
@@ -209,4 +228,4 @@ def _neighbours(
             before[group] = (start, [c[index] for c in columns])
         elif later and (group not in after or start < after[group][0]):
             after[group] = (start, [c[index] for c in columns])
-    return before, after
+    return before, after, written

@@ -141,6 +141,10 @@ def compute_triggers(
             views, stream, computable, triggers_view, trows_view or trigger_source, label, timezone
         )
         source_types = _source_types(views, stream)
+        around = None
+        late = any(t["event"] == RECALC for t in computable)
+        if stream.stmt.option(ast.LEGACY_FILL) is not None and late and replace_range is None:
+            around = _rows_around(views, stream, computable, timezone)
     finally:
         views.close()
     if empty:  # no rows are left in these windows: they are retracted below, not written
@@ -148,7 +152,7 @@ def compute_triggers(
         result = result.filter(keep)
     if stream.stmt.option(ast.LEGACY_FILL) is not None and computable:
         assert isinstance(trigger, WindowTrigger)  # the legacy family fills INTERVAL windows only
-        result = fill_windows(warehouse, stream, trigger, result, computable, clock(), replace_range)
+        result = fill_windows(warehouse, stream, trigger, result, computable, clock(), replace_range, around)
     groups = {int(t["id"]): group_of(t) for t in computable}
     # the rows by trigger are for the notifications: a stream without any is spared them
     notifies = stream.stmt.notification is not None
@@ -481,6 +485,51 @@ def _window_triggers(
         values[name] = [g.values[i] for g in groups]
     return pa.table([pa.array(values.get(name, nulls), dtype) for name, dtype in fields],
                     names=[name for name, _ in fields])  # fmt: skip
+
+
+def _rows_around(
+    views: SparkViews, stream: StreamDefinition, triggers: Sequence[dict[str, Any]], timezone: ZoneInfo
+) -> dict[Group, tuple[int | None, int | None]]:
+    """Per group of the batch: the trigger table's newest row (entering the trigger) before
+    the batch's first window and its oldest at or after its last window's end — the windows a
+    legacy FILL fills a late window against (``fill.fill_windows``)."""
+    table = stream.trigger_table
+    assert table is not None
+    spans: dict[Group, tuple[int, int]] = {}
+    for t in triggers:
+        group, start, end = group_of(t), int(t["wstart"]), int(t["wend"])
+        low, high = spans.get(group, (start, end))
+        spans[group] = (min(low, start), max(high, end))
+    groups = list(spans)
+    names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
+    bounds = pa.table(
+        {
+            **{name: [g.values[i] for g in groups] for i, name in enumerate(names)},
+            "__i": list(range(len(groups))),
+            "__lo": [spans[g][0] for g in groups],
+            "__hi": [spans[g][1] for g in groups],
+        }
+    )
+    bounds_view = views.register_rows(bounds, "around")
+    ctx = TranslationContext(views.resolve, timezone, time.time_ns())
+    source = views.table(table)
+    keys = "".join(f"{k} AS {g}, " for k, g in zip(group_column_sql(stream, source, ctx), names, strict=True))
+    pre_filter = stream.stmt.option("PRE_FILTER")
+    where = ""
+    if pre_filter is not None and pre_filter.expr is not None:
+        where = f" WHERE {row_condition(source, pre_filter.expr, ctx)}"
+    pk = f"`{table.primary_key}`"
+    on = " AND ".join([f"d.{g} <=> s.{g}" for g in names]) or "TRUE"
+    found = views.sql(
+        f"SELECT s.__i, max(CASE WHEN d.__ts < s.__lo THEN d.__ts END) AS __before, "
+        f"min(CASE WHEN d.__ts >= s.__hi THEN d.__ts END) AS __after "
+        f"FROM (SELECT {keys}CAST(d.{pk} AS BIGINT) AS __ts FROM `{source.view}` d{where}) d "
+        f"JOIN `{bounds_view}` s ON {on} GROUP BY s.__i"
+    ).toArrow()
+    return {
+        groups[i]: (before, after)
+        for i, before, after in zip(*(found.column(c).to_pylist() for c in ("__i", "__before", "__after")), strict=True)
+    }
 
 
 def _with_row_counts(
