@@ -487,6 +487,22 @@ def _window_triggers(
                     names=[name for name, _ in fields])  # fmt: skip
 
 
+def _group_keys_and_filter(
+    views: SparkViews, stream: StreamDefinition, timezone: ZoneInfo
+) -> tuple[list[tuple[str, str]], str]:
+    """Over the trigger table's rows aliased ``d``: each group column's SQL with its name
+    (``__g1`` …), and the WHERE of the rows that enter the trigger (PRE_FILTER; "" for all)."""
+    table = stream.trigger_table
+    assert table is not None
+    ctx = TranslationContext(views.resolve, timezone, time.time_ns())
+    names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
+    keys = list(zip(group_column_sql(stream, views.table(table), ctx), names, strict=True))
+    pre_filter = stream.stmt.option("PRE_FILTER")
+    if pre_filter is None or pre_filter.expr is None:
+        return keys, ""
+    return keys, f" WHERE {row_condition(views.table(table), pre_filter.expr, ctx)}"
+
+
 def _rows_around(
     views: SparkViews, stream: StreamDefinition, triggers: Sequence[dict[str, Any]], timezone: ZoneInfo
 ) -> dict[Group, tuple[int | None, int | None]]:
@@ -511,13 +527,9 @@ def _rows_around(
         }
     )
     bounds_view = views.register_rows(bounds, "around")
-    ctx = TranslationContext(views.resolve, timezone, time.time_ns())
+    keyed, where = _group_keys_and_filter(views, stream, timezone)
+    keys = "".join(f"{k} AS {g}, " for k, g in keyed)
     source = views.table(table)
-    keys = "".join(f"{k} AS {g}, " for k, g in zip(group_column_sql(stream, source, ctx), names, strict=True))
-    pre_filter = stream.stmt.option("PRE_FILTER")
-    where = ""
-    if pre_filter is not None and pre_filter.expr is not None:
-        where = f" WHERE {row_condition(source, pre_filter.expr, ctx)}"
     pk = f"`{table.primary_key}`"
     on = " AND ".join([f"d.{g} <=> s.{g}" for g in names]) or "TRUE"
     found = views.sql(
@@ -545,15 +557,9 @@ def _with_row_counts(
     table = stream.trigger_table
     assert table is not None
     pk = f"`{table.primary_key}`"
-    ctx = TranslationContext(views.resolve, timezone, time.time_ns())
-    names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
-    keys = list(zip(group_column_sql(stream, views.table(table), ctx), names, strict=True))
+    keys, where = _group_keys_and_filter(views, stream, timezone)
     select_keys = "".join(f"{k} AS {g}, " for k, g in keys)
     group_by = "".join(f"{k}, " for k, _ in keys)
-    pre_filter = stream.stmt.option("PRE_FILTER")
-    where = ""
-    if pre_filter is not None and pre_filter.expr is not None:
-        where = f" WHERE {row_condition(views.table(table), pre_filter.expr, ctx)}"
     labelled = f"(SELECT d.*, {label(pk)} AS __w FROM `{trows_view}` d{where}) d"
     counts = f"SELECT {select_keys}d.__w, count(*) AS __n FROM {labelled} GROUP BY {group_by}d.__w"
     on = " AND ".join([f"t.{g} <=> c.{g}" for _, g in keys] + ["t._twstart = c.__w"])

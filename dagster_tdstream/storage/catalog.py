@@ -246,6 +246,20 @@ class TableInfo:
         return self.columns[0].name
 
 
+def sources_by_table(
+    info: TableInfo, columns: Iterable[ColumnDef]
+) -> dict[tuple[str, str], list[tuple[ColumnDef, str]]]:
+    """A virtual table's ``columns`` that have a source, by source (db, table): each with the
+    source column it reads."""
+    by_table: dict[tuple[str, str], list[tuple[ColumnDef, str]]] = {}
+    for column in columns:
+        ref = (info.refs or {}).get(column.name)
+        if ref is not None:
+            db, table, source_column = ref.split(".")
+            by_table.setdefault((db, table), []).append((column, source_column))
+    return by_table
+
+
 def check_virtual_source(info: TableInfo, pairs: Iterable[tuple[ColumnDef, str]], source: TableInfo) -> None:
     """A virtual table's columns (with the source column each reads) against their source as it
     is now: a column gone or of another type since is an error naming both."""

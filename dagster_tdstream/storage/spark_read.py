@@ -19,10 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import CatalogError
-from ..sql import ast
 from ..sql.ast import QualifiedName
 from ..sql.translate import SourceTable
-from .catalog import TableInfo, check_virtual_source
+from .catalog import TableInfo, check_virtual_source, sources_by_table
 from .delta import is_local, local_path
 from .system import SYSTEM_DB, system_schema, system_table
 from .types import arrow_schema, arrow_type
@@ -137,12 +136,8 @@ def virtual_frame(
     pk, refs = info.primary_key, info.refs or {}
     sourced = [c for c in info.columns[1:] if c.name in refs]
     read = [c for c in sourced if used is None or c.name in used] or sourced
-    by_table: dict[tuple[str, str], list[tuple[ast.ColumnDef, str]]] = {}
-    for column in read:
-        db, table, source_column = refs[column.name].split(".")
-        by_table.setdefault((db, table), []).append((column, source_column))
     frames = []
-    for (db, table), pairs in by_table.items():
+    for (db, table), pairs in sources_by_table(info, read).items():
         source = warehouse.find_table(db, table)
         if source is None or source.virtual:
             continue  # dropped since (TDengine: its columns read nothing, even once recreated)

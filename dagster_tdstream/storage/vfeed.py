@@ -23,8 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..faults import failpoint
-from ..sql.ast import ColumnDef
-from .catalog import TableInfo, check_virtual_source
+from .catalog import TableInfo, check_virtual_source, sources_by_table
 from .types import arrow_schema
 from .warehouse import Warehouse
 
@@ -95,11 +94,11 @@ def sync(warehouse: Warehouse, info: TableInfo) -> int:
             rows = _concat(schema, [_rows(warehouse, m, schema, affected.get(m.info.name)) for m in members])
             stored = _stored(warehouse, root, schema, affected)
         vanished = _vanished(root, affected, rows)
-        rows = _changed(rows, stored, keys)
+        rows, replaces = _changed(rows, stored, keys)
         failpoint("feed-rows-computed")
         if not vanished and rows.num_rows == 0:
             version = _record(warehouse, db, feed, extra)
-        elif not vanished and not _overlaps(rows, stored, keys):
+        elif not vanished and not replaces:
             version = delta.append(db, feed, rows, {}, extra)
         else:
             predicate = warehouse.keys_predicate(root, vanished) if vanished else None
@@ -116,14 +115,8 @@ def _members(warehouse: Warehouse, root: TableInfo) -> list[_Member]:
     tables = warehouse.catalog.child_tables(root.db, root.name) if root.kind == "super" else [root]
     members = []
     for table in tables:
-        by_table: dict[tuple[str, str], list[tuple[ColumnDef, str]]] = {}
-        for column in table.columns[1:]:
-            ref = (table.refs or {}).get(column.name)
-            if ref is not None:
-                source_db, source_table, source_column = ref.split(".")
-                by_table.setdefault((source_db, source_table), []).append((column, source_column))
         sources = []
-        for (source_db, source_table), pairs in sorted(by_table.items()):
+        for (source_db, source_table), pairs in sorted(sources_by_table(table, table.columns[1:]).items()):
             source = warehouse.find_table(source_db, source_table)
             if source is not None and not source.virtual:  # dropped since: its columns read NULL
                 check_virtual_source(table, pairs, source)  # as a query of it would
@@ -255,17 +248,16 @@ def _keys_of(root: TableInfo, rows: pa.Table) -> dict[str, set[int]]:
     return keys
 
 
-def _changed(rows: pa.Table, stored: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+def _changed(rows: pa.Table, stored: pa.Table, keys: tuple[str, ...]) -> tuple[pa.Table, bool]:
     """The rows that differ from what the feed holds (a source's column the virtual table
-    does not read changed, or an update wrote the same values)."""
+    does not read changed, or an update wrote the same values), and whether one of them
+    replaces a held row (a merge) rather than adding one (an append)."""
     if stored.num_rows == 0:
-        return rows
+        return rows, False
     held = {tuple(r[k] for k in keys): r for r in stored.to_pylist()}
-    fresh = [held.get(tuple(r[k] for k in keys)) != r for r in rows.to_pylist()]
-    return rows.filter(pa.array(fresh, pa.bool_()))
-
-
-def _overlaps(rows: pa.Table, stored: pa.Table, keys: tuple[str, ...]) -> bool:
-    """Whether a row replaces one the feed holds (a merge) rather than adding one (an append)."""
-    held = {tuple(r[k] for k in keys) for r in stored.select(list(keys)).to_pylist()}
-    return any(tuple(r[k] for k in keys) in held for r in rows.select(list(keys)).to_pylist())
+    fresh, replaces = [], False
+    for row in rows.to_pylist():
+        before = held.get(tuple(row[k] for k in keys))
+        fresh.append(before != row)
+        replaces = replaces or (before is not None and before != row)
+    return rows.filter(pa.array(fresh, pa.bool_())), replaces
