@@ -577,8 +577,10 @@ class Renderer:
         mean = f"(CAST(sum({state['sum']}) AS DOUBLE) / {count})"
         if name == "avg":
             return Typed(mean, "float", True)
-        # stddev: TDengine's own formula over the states, never the root of a rounding below 0
-        return Typed(f"sqrt(greatest(sum({state['sumsq']}) / {count} - {mean} * {mean}, 0.0))", "float", True)
+        # stddev: TDengine's own formula over the states, never the root of a rounding below 0,
+        # and NULL without values as over the raw rows (greatest() would skip the NULL)
+        variance = f"(sum({state['sumsq']}) / {count} - {mean} * {mean})"
+        return Typed(f"sqrt(CASE WHEN {variance} < 0 THEN 0.0 ELSE {variance} END)", "float", True)
 
     def _percentile(self, expr: ast.Func) -> Typed:
         """percentile(col, p): the exact p-th percentile, interpolated; apercentile(col, p[,
