@@ -662,6 +662,7 @@ class Session:
         those rows are not proven to be the whole answer), its table read as a TSMA's states
         when ``tsma_read`` is given."""
         from .compute.query import run_query
+        from .compute.tsma_final import answer as answer_from_states
         from .compute.tsma_states import read_states
         from .storage.spark_read import SparkViews
 
@@ -674,11 +675,16 @@ class Session:
         floors = newest.floors if newest else None
         views = SparkViews(self.spark.get(), self.warehouse, self.database, floors, columns_named(select))
         try:
-            if tsma_read is not None:
-                read_states(views, *tsma_read)
+            merged = read_states(views, *tsma_read) if tsma_read is not None else None
             ctx = TranslationContext(views.resolve, self.timezone, self.clock())
             translated = translate_select(select, ctx)
-            arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
+            arrow = None
+            if merged is not None and tsma_read is not None:  # a plain lookup is finished here
+                table, choice = tsma_read
+                precision = self.warehouse.database(table.db).precision
+                arrow = answer_from_states(select, table, choice.shape.tag_filtered, merged, precision)
+            if arrow is None:
+                arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
         finally:
             views.close()
         if newest is not None and not newest.complete(arrow):

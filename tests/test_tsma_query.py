@@ -9,6 +9,8 @@ import math
 import pytest
 
 from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream.compute import query as query_module
+from dagster_tdstream.compute import tsma_states
 from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.results import Result
 
@@ -22,6 +24,7 @@ def _setup(session: Session, harness: StreamHarness) -> None:
         "create stable meters (ts timestamp, c1 int, c2 double, c3 varchar(10)) tags (t1 int, t2 varchar(8));"
         "create table d1 using meters tags (1, 'a'); create table d2 using meters tags (2, 'b');"
         "create table d3 using meters tags (3, 'a'); create table nt (ts timestamp, v int, w float);"
+        "create table d4 using meters tags (NULL, NULL)"
     )
     # 47 minutes of rows every 20 s (some NULLs), d3 only in the last minute: its one window
     # never closes, so it is read from the raw rows
@@ -29,6 +32,7 @@ def _setup(session: Session, harness: StreamHarness) -> None:
         "d1": [(T0 + i * 20_000, i % 7, None if i % 11 == 0 else i * 0.25) for i in range(141)],
         "d2": [(T0 + i * 20_000 + 5_000, None if i % 5 == 0 else 100 - i, i * 1.5) for i in range(141)],
         "d3": [(T0 + 46 * MINUTE + 1_000, 9, 9.5)],
+        "d4": [(T0 + i * 60_000 + 7_000, -i, None if i % 3 or i < 15 else -i / 8) for i in range(45)],  # NULL tags
     }
     for child, rows in values.items():
         text = " ".join(f"({ts}, {'NULL' if a is None else a}, {'NULL' if b is None else b}, 'x')" for ts, a, b in rows)
@@ -44,9 +48,9 @@ def _setup(session: Session, harness: StreamHarness) -> None:
     session.execute("alter local 'querySmaOptimize' '1'")
 
 
-def _rows(result: Result) -> list[tuple[object, ...]]:
+def _rows(result: Result, *, ordered: bool = False) -> list[tuple[object, ...]]:
     rows = [tuple(round(v, 9) if isinstance(v, float) and math.isfinite(v) else v for v in row) for row in result.rows]
-    return sorted(rows, key=repr)
+    return rows if ordered else sorted(rows, key=repr)
 
 
 def _tsma_of(result: Result) -> str | None:
@@ -83,6 +87,9 @@ CASES = [
     ("select _wstart, avg(c1) from meters interval(10m) sliding(5m)", "tq.t5"),
     ("select _wstart, avg(c1) from meters interval(15m, 5m)", "tq.t5"),
     ("select _wstart, count(*) from meters where t1 < 3 interval(5m) fill(value, 0)", "tq.t5"),
+    ("select t2, t1, _wstart, _wduration, first(c2), last(c2), spread(c1), stddev(c2), min(c1), sum(c1)"
+     " from meters partition by t2, t1 interval(15m)", "tq.t15"),
+    ("select t2, count(c1), avg(c1) from meters group by t2", "tq.t15"),
     # a child table reads its own states; a normal table its TSMA
     ("select avg(c1), last(c2) from d2", "tq.t15"),
     ("select sum(v), avg(w), count(*) from nt where ts > '2018-09-17 01:10:10'", "tq.n2"),
@@ -98,8 +105,47 @@ CASES = [
 ]  # fmt: skip
 
 
-def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(session: Session, harness: StreamHarness) -> None:
+# the plain lookups among CASES: finished in this process from the states it merged, no Spark job
+FINISHED_HERE = {
+    "select avg(c1), max(c1), count(*), count(c1) from meters",
+    "select avg(c1), tbname from meters partition by tbname",
+    "select avg(c1), count(*) from meters where ts >= '2018-09-17 01:07:10' and ts < '2018-09-17 01:38:00'",
+    "select avg(c1) from meters where ts between '2018-09-17 01:02:00' and '2018-09-17 01:03:00'",
+    "select _wstart, avg(c1), max(c1), count(*) from meters interval(30m)",
+    "select _wstart, _wend, tbname, sum(c1) from meters partition by tbname interval(10m)",
+    "select _wstart, avg(c1) from meters interval(15m, 5m)",
+    "select t2, t1, _wstart, _wduration, first(c2), last(c2), spread(c1), stddev(c2), min(c1), sum(c1)"
+    " from meters partition by t2, t1 interval(15m)",
+    "select t2, count(c1), avg(c1) from meters group by t2",
+    "select avg(c1), last(c2) from d2",
+    "select sum(v), avg(w), count(*) from nt where ts > '2018-09-17 01:10:10'",
+}
+
+
+def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(
+    session: Session, harness: StreamHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each covered query equals the raw query three ways: its states merged in this process
+    and the plain lookups finished there too, the rest run by Spark over those states, and
+    (a table's raw rows too many for this process) states and raw rows both read by Spark."""
     _setup(session, harness)  # once: the TSMAs' history runs are the expensive part
+    spark_queries: list[str] = []
+    real = query_module.run_query
+    monkeypatch.setattr(query_module, "run_query", lambda v, t, **k: spark_queries.append(t.sql) or real(v, t, **k))
+    finished = set()
+    for query, _ in CASES:
+        spark_queries.clear()
+        answer = session.query(query)
+        if not spark_queries:  # in the raw query's order too (keys, NULL first, then windows)
+            finished.add(query)
+            raw = session.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1))
+            assert _rows(answer, ordered=True) == _rows(raw, ordered=True), query
+            assert answer.table is not None and raw.table is not None
+            assert answer.table.schema.types == raw.table.schema.types, query
+    assert finished == FINISHED_HERE
+    read = {query: _same_as_raw(session, query) for query, _ in CASES}
+    assert read == dict(CASES)
+    monkeypatch.setattr(tsma_states, "DRIVER_ROWS", 0)
     read = {query: _same_as_raw(session, query) for query, _ in CASES}
     assert read == dict(CASES)
     _tsma_use_follows_the_session_option_and_the_hint(session)

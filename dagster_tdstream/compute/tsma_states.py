@@ -7,23 +7,46 @@ the range's edges, each table's windows not computed yet — each raw row turned
 of a window of its own (count 1 or 0, its value as sum, min, max, first and last, its square).
 The translator merges both kinds alike (``Renderer._merged``), so the result is the raw
 query's. Reads only.
+
+Two ways to build the view, one result. When the raw rows to read are few (from the files'
+statistics), this process reads the states and the rows with pyarrow and merges them into
+the query's *atoms* — per table, the spans of time that lie in exactly the same query windows
+(the whole range without INTERVAL) — with the TSMA's own merge of states, so Spark gets a few
+rows per table and window instead of one per TSMA window, and no scan or join of its own: a
+Spark job over files costs a few hundred milliseconds on a small machine whatever it reads.
+Otherwise (a table loaded table by table, whose every file spans all the time) Spark reads
+both.
 """
 
 from __future__ import annotations
 
+from math import gcd
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..families.tsma_query import TsmaChoice
 from ..sql.constants import INT64_MAX
+from ..sql.intervals import IntervalSpec
+from ..sql.timeunits import TimeValueError
 from ..sql.translate import SourceTable
-from ..sql.tsma import TBNAME_TAG
+from ..sql.tsma import TBNAME_TAG, State
 from ..storage.catalog import TableInfo
 from ..storage.spark_read import SparkViews, spark_type, table_frame, with_tags
 from ..storage.types import arrow_type
+from ..storage.warehouse import Warehouse
+
+# raw rows (by the statistics of the files that may hold them) this process reads for one
+# query at most; 2 M rows of a few columns are a few hundred MB and well under a second
+DRIVER_ROWS = 2_000_000
+_ATOM = "__atom"
 
 
-def read_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> SourceTable:
-    """Make ``table`` resolve, in ``views``, to its rows as the TSMA's states."""
+def read_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> pa.Table | None:
+    """Make ``table`` resolve, in ``views``, to its rows as the TSMA's states; return them
+    when they were merged in this process (``tsma_final`` may then finish the query here)."""
     precision = views.warehouse.database(table.db).precision
     source = SourceTable(
         f"{table.db}.{table.name}",
@@ -35,17 +58,212 @@ def read_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> Sour
         states=frozenset(s.name.lower() for s in choice.states),
         tsma=choice.key,
     )
-    views.read_as(table, source, lambda: _states_frame(views, table, choice))
-    return source
+    merged = merged_states(views.warehouse, table, choice)
+    if merged is not None:
+        views.read_as(table, source, lambda: views.rows_frame(merged, "tsma"))
+    else:
+        views.read_as(table, source, lambda: _spark_states(views, table, choice))
+    return merged
 
 
-def _states_frame(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> Any:
+def _final_end(choice: TsmaChoice) -> int:
+    """The end of the windows read: wholly inside [low, high] (ends are exclusive) and final."""
+    return min(min(choice.shape.high, INT64_MAX - 1) + 1, choice.final_before)
+
+
+def _source_of(warehouse: Warehouse, choice: TsmaChoice) -> dict[str, str]:
+    """The output's child tables, each with the source table's name it carries as a tag."""
+    children = warehouse.catalog.child_tables(choice.output.db, choice.output.name)
+    found = {child.name: child.tag_values.get(TBNAME_TAG) for child in children}
+    return {child: source for child, source in found.items() if source is not None}
+
+
+def merged_states(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice) -> pa.Table | None:
+    """The view's rows built in this process, merged per table and atom: ``pk`` (the atom's
+    earliest time, so the query's WHERE and windows place it as they would every row in it),
+    ``tbname``, the tags and the states. None when the raw rows to read are too many here."""
+    if table.virtual:
+        return None
+    pk, low, high, end = table.primary_key, choice.shape.low, choice.shape.high, _final_end(choice)
+    names = [s.name for s in choice.states]
+    source_of = _source_of(warehouse, choice)
+    states = warehouse.delta.read(
+        choice.output.db,
+        choice.output.name,
+        columns=["tbname", "wstart", "wend", *names],
+        filters=[("wstart", ">=", low), ("wend", "<=", end)],
+    )
+    sources = pc.take(
+        pa.array(list(source_of.values()), pa.string()),
+        pc.index_in(states.column("tbname"), value_set=pa.array(list(source_of), pa.string())),
+    )
+    states = states.set_column(0, "tbname", sources).filter(
+        pc.is_valid(sources) if table.kind == "super" else pc.equal(sources, table.name)
+    )
+    spans = states.group_by("tbname").aggregate([("wstart", "min"), ("wend", "max")])
+    children = warehouse.catalog.child_tables(table.db, table.name) if table.kind == "super" else [table]
+    ranges = _raw_ranges(children, spans, low, high)
+    storage = table.storage_name
+    if sum(warehouse.delta.rows_in_range(table.db, storage, (pk, lo, hi)) for lo, hi, _ in ranges) > DRIVER_ROWS:
+        return None
+    raw = _outside_spans(_read_raw(warehouse, table, choice.states, ranges), pk, spans)
+    types = {c.name: arrow_type(c.type) for c in choice.output.columns}
+    as_rows = pa.table(
+        {
+            pk: states.column("wstart"),
+            "tbname": states.column("tbname"),
+            **{s.name.lower(): states.column(s.name).cast(types[s.name]) for s in choice.states},
+        }
+    )
+    from_raw = pa.table(
+        {
+            pk: raw.column(pk.lower()),
+            "tbname": raw.column("tbname"),
+            **{s.name.lower(): _raw_state(raw, s, pk, types[s.name]) for s in choice.states},
+        }
+    )
+    rows = pa.concat_tables([as_rows, from_raw])
+    atoms = _atoms(rows.column(pk), choice, warehouse.database(table.db).precision)
+    if atoms is not None:
+        rows = _merge(rows.append_column(_ATOM, atoms), pk, choice.states)
+    return _with_tags(table, children, rows)
+
+
+def _raw_ranges(
+    children: list[TableInfo], spans: pa.Table, low: int, high: int
+) -> list[tuple[int, int, list[str] | None]]:
+    """The key ranges whose raw rows the view needs, each with the only tables to read there
+    (None: all): the range's ends (before the latest span's start, from the earliest span's
+    end), and between them the tables without a span."""
+    if not spans.num_rows:
+        return [(low, high, None)]
+    first_end = pc.max(spans.column("wstart_min")).as_py()  # before it, some table reads rows
+    last_start = pc.min(spans.column("wend_max")).as_py()  # from it on, some table reads rows
+    if first_end >= last_start:
+        return [(low, high, None)]
+    ranges: list[tuple[int, int, list[str] | None]] = [(low, first_end - 1, None), (last_start, high, None)]
+    names = [c.name for c in children]
+    spanned = set(spans.column("tbname").to_pylist())
+    spanless = [name for name in names if name not in spanned]
+    if spanless:
+        ranges.append((first_end, last_start - 1, spanless))
+    return ranges
+
+
+def _read_raw(
+    warehouse: Warehouse, table: TableInfo, states: tuple[State, ...], ranges: list[tuple[int, int, list[str] | None]]
+) -> pa.Table:
+    """The table's rows in ``ranges``: the key, the columns the states read, ``tbname``."""
+    pk = table.primary_key
+    stored = {c.name.lower(): c.name for c in table.columns}
+    columns = list(dict.fromkeys([pk, *(stored[s.column.lower()] for s in states)]))
+    is_super = table.kind != "normal"
+    parts = []
+    for lo, hi, only in ranges:
+        filters: list[tuple[str, str, object]] = [(pk, ">=", lo), (pk, "<=", hi)]
+        if table.kind == "child":
+            filters.append(("tbname", "=", table.name))
+        if only is not None and table.kind == "super":
+            filters.append(("tbname", "in", only))
+        part = warehouse.delta.read(
+            table.db, table.storage_name, columns=columns + (["tbname"] if is_super else []), filters=filters
+        )
+        if not is_super:
+            part = part.append_column("tbname", pa.array([table.name] * part.num_rows, pa.string()))
+        parts.append(part.rename_columns([*(c.lower() for c in columns), "tbname"]))
+    return pa.concat_tables(parts)
+
+
+def _outside_spans(raw: pa.Table, pk: str, spans: pa.Table) -> pa.Table:
+    """The rows no window of the TSMA read holds: outside their table's span."""
+    if not spans.num_rows or not raw.num_rows:
+        return raw
+    at = pc.index_in(raw.column("tbname"), value_set=spans.column("tbname"))
+    keys = raw.column(pk.lower())
+    first, last = pc.take(spans.column("wstart_min"), at), pc.take(spans.column("wend_max"), at)
+    outside = pc.or_(pc.less(keys, first), pc.greater_equal(keys, last))
+    return raw.filter(pc.or_kleene(pc.is_null(at), outside))
+
+
+def _raw_state(raw: pa.Table, state: State, pk: str, to: pa.DataType) -> pa.Array:
+    """One raw row's value as a state of a window holding only it."""
+    value = raw.column(state.column.lower())
+    valid = pc.is_valid(value)
+    if state.kind in ("firstts", "lastts"):  # its own time, where it has a value
+        return pc.if_else(valid, raw.column(pk.lower()), pa.scalar(None, pa.int64())).cast(to)
+    if state.kind == "count":
+        return valid.cast(to)
+    if state.kind == "sumsq":
+        double = value.cast(pa.float64())
+        return pc.multiply(double, double).cast(to)
+    return value.cast(to)
+
+
+def _atoms(keys: pa.ChunkedArray, choice: TsmaChoice, precision: str) -> pa.Array | None:
+    """Each row's atom: the start of the span of time lying in exactly the same query windows
+    — with INTERVAL, spans of gcd(interval, sliding) from the offset (every window starts and
+    ends on one; each TSMA window lies in one, its interval dividing all three); without, one
+    span. None for calendar windows (months start on the time zone's calendar): not merged."""
+    window = choice.shape.window
+    if window is None:
+        return pa.array(np.zeros(len(keys), np.int64))
+    try:
+        spec = IntervalSpec.from_durations(window.interval, window.sliding or window.interval, window.offset, precision)
+    except TimeValueError:
+        return None  # the translator says what is wrong with the window
+    if not isinstance(spec, IntervalSpec):
+        return None
+    step = gcd(spec.interval, spec.sliding)
+    at = keys.to_numpy()
+    return pa.array(at - np.mod(at - spec.offset, step))
+
+
+def _merge(rows: pa.Table, pk: str, states: tuple[State, ...]) -> pa.Table:
+    """One row per (table, atom), its states merged as a recursive TSMA merges them: counts,
+    sums and squares added, the least minimum and greatest maximum, first/last the value kept
+    with the earliest/latest time."""
+    keys = ["tbname", _ATOM]
+    plain = [s for s in states if s.kind not in ("first", "last")]
+    how = {"count": "sum", "sum": "sum", "sumsq": "sum", "min": "min", "max": "max", "firstts": "min", "lastts": "max"}
+    grouped = rows.group_by(keys).aggregate([(pk, "min"), *((s.name.lower(), how[s.kind]) for s in plain)])
+    merged = pa.table(
+        {
+            **{key: grouped.column(key) for key in keys},
+            pk: grouped.column(f"{pk}_min"),
+            **{s.name.lower(): grouped.column(f"{s.name.lower()}_{how[s.kind]}") for s in plain},
+        }
+    )
+    for state in states:
+        if state.kind not in ("first", "last"):
+            continue
+        name, at = state.name.lower(), f"{state.kind}ts_{state.column}".lower()
+        ordered = rows.sort_by([(at, "ascending" if state.kind == "first" else "descending", "at_end")])
+        chosen = ordered.group_by(keys, use_threads=False).aggregate([(name, "first")])
+        chosen = pa.table({**{key: chosen.column(key) for key in keys}, name: chosen.column(f"{name}_first")})
+        merged = merged.join(chosen, keys, join_type="left outer")
+    types = {name: rows.schema.field(name).type for name in rows.column_names}
+    return pa.table({name: merged.column(name).cast(types[name]) for name in rows.column_names if name != _ATOM})
+
+
+def _with_tags(table: TableInfo, children: list[TableInfo], rows: pa.Table) -> pa.Table:
+    """The rows with their child table's tags, those of child tables that no longer exist left
+    out (as ``with_tags`` joins them)."""
+    if table.kind == "normal":
+        return rows
+    at = pc.index_in(rows.column("tbname"), value_set=pa.array([c.name for c in children], pa.string()))
+    kept = pc.is_valid(at)
+    rows, at = rows.filter(kept), at.filter(kept)
+    for tag in table.tags:
+        values = pa.array([child.tag_values.get(tag.name) for child in children], arrow_type(tag.type))
+        rows = rows.append_column(tag.name, pc.take(values, at))
+    return rows
+
+
+def _spark_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> Any:
     from pyspark.sql import functions as F
 
     spark, warehouse = views.spark, views.warehouse
-    pk, low, high = table.primary_key, choice.shape.low, choice.shape.high
-    # the windows read: wholly inside [low, high] (ends are exclusive) and final
-    end = min(min(high, INT64_MAX - 1) + 1, choice.final_before)
+    pk, low, high, end = table.primary_key, choice.shape.low, choice.shape.high, _final_end(choice)
     windows = table_frame(spark, warehouse, choice.output).where((F.col("wstart") >= low) & (F.col("wend") <= end))
     if table.kind != "super":  # a child or normal table: its own windows
         windows = windows.where(F.col(TBNAME_TAG) == table.name)
@@ -74,9 +292,7 @@ def _spans(views: SparkViews, table: TableInfo, choice: TsmaChoice, low: int, en
     bounds alone (three columns of one row per window, the files pruned by their statistics);
     the output's child tables carry the source table's name as their tag."""
     output, warehouse = choice.output, views.warehouse
-    source_of = {
-        child.name: child.tag_values.get(TBNAME_TAG) for child in warehouse.catalog.child_tables(output.db, output.name)
-    }
+    source_of = _source_of(warehouse, choice)
     filters: list[tuple[str, str, object]] = [("wstart", ">=", low), ("wend", "<=", end)]
     if table.kind != "super":  # the output child tables of this one table
         mine = [child for child, source in source_of.items() if source == table.name]

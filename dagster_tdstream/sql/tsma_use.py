@@ -36,6 +36,7 @@ class QueryShape:
     window: ast.IntervalWindow | None
     low: int = INT64_MIN
     high: int = INT64_MAX
+    tag_filtered: bool = False  # the WHERE also filters on tags or tbname
 
 
 def query_shape(
@@ -97,14 +98,16 @@ def query_shape(
         return None
     if not all(reads_only(e, groupable) for e in (*select.partition_by, *select.group_by)):
         return None
-    low, high = INT64_MIN, INT64_MAX
+    low, high, tag_filtered = INT64_MIN, INT64_MAX, False
     for node in conjuncts(select.where):
         bounds = key_bounds(node, _is_key(pk), constants)
         if bounds is not None:
             low, high = max(low, bounds[0]), min(high, bounds[1])
         elif not reads_only(node, groupable):
             return None  # a filter on an ordinary column (or a key condition not a range)
-    return QueryShape(source.table, frozenset(functions), select.window, low, high)
+        else:
+            tag_filtered = True
+    return QueryShape(source.table, frozenset(functions), select.window, low, high, tag_filtered)
 
 
 def _row_free(func: ast.Func) -> bool:

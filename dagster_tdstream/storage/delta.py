@@ -299,6 +299,17 @@ class DeltaStore:
             ranges.append((equals[0], equals[1], equals[1]))
         return _files_in_ranges(dt, ranges) if ranges else dt.file_uris()
 
+    def rows_in_range(self, db: str, table: str, key_range: tuple[str, int, int]) -> int:
+        """How many rows the files that ``file_uris`` keeps for ``key_range`` hold, from their
+        statistics (a file without a count counts as unknown: the caller's limit is exceeded)."""
+        dt = self.current(db, table)
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if "num_records" not in actions.column_names:
+            return 2**63 - 1
+        keep = _may_hold(actions, key_range[0], [True] * actions.num_rows, _integers, *key_range[1:])
+        counts = actions.column("num_records").to_pylist()
+        return sum(2**62 if n is None else n for n, k in zip(counts, keep, strict=True) if k)
+
     def drop(self, db: str, table: str) -> None:
         uri = self.uri(db, table)
         if is_local(uri):
