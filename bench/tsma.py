@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -150,10 +151,14 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
         stop_server(home)
         shutil.rmtree(home, ignore_errors=True)
-    print(json.dumps(result, indent=2))
     out = Path(args.out or Path(__file__).parent / "results" / f"tsma_{args.layout}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    sys.stdout.flush()
+    # each Spark Connect client retries its at-exit cleanup against the server just stopped
+    # (pyspark's _on_exit), which hangs the interpreter's exit: leave without it
+    os._exit(0)
 
 
 if __name__ == "__main__":
