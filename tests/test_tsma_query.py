@@ -148,6 +148,12 @@ def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(
     monkeypatch.setattr(tsma_states, "DRIVER_ROWS", 0)
     read = {query: _same_as_raw(session, query) for query, _ in CASES}
     assert read == dict(CASES)
+    # more states than this process holds: Spark reads them too, even for a plain lookup
+    monkeypatch.setattr(tsma_states, "DRIVER_ROWS", 10**9)
+    monkeypatch.setattr(tsma_states, "DRIVER_STATES", 0)
+    spark_queries.clear()
+    assert _same_as_raw(session, "select _wstart, avg(c1), max(c1), count(*) from meters interval(30m)") == "tq.t15"
+    assert len(spark_queries) == 2  # the query and the raw one
     _tsma_use_follows_the_session_option_and_the_hint(session)
 
 

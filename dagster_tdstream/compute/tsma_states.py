@@ -43,6 +43,9 @@ from ..storage.warehouse import Warehouse
 # of files spanning all the time took it 0.1 s on 2 cores, the same read in Spark 0.5-0.9 s;
 # beyond this a cluster's executors scan faster than one process
 DRIVER_ROWS = 20_000_000
+# state rows this process holds for one query at most (a few hundred MB); a long range of a
+# small interval over many tables is read by Spark
+DRIVER_STATES = 2_000_000
 _ATOM = "__atom"
 
 
@@ -83,15 +86,17 @@ def _source_of(warehouse: Warehouse, choice: TsmaChoice) -> dict[str, str]:
 def merged_states(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice) -> pa.Table | None:
     """The view's rows built in this process, merged per table and atom: ``pk`` (the atom's
     earliest time, so the query's WHERE and windows place it as they would every row in it),
-    ``tbname``, the tags and the states. None when the raw rows to read are too many here."""
-    if table.virtual:
-        return None
+    ``tbname``, the tags and the states. None when the states or the raw rows to read are too
+    many for this process."""
     pk, low, high, end = table.primary_key, choice.shape.low, choice.shape.high, _final_end(choice)
+    output = choice.output
+    if table.virtual or warehouse.delta.rows_in_range(output.db, output.name, ("wstart", low, end)) > DRIVER_STATES:
+        return None
     names = [s.name for s in choice.states]
     source_of = _source_of(warehouse, choice)
     states = warehouse.delta.read(
-        choice.output.db,
-        choice.output.name,
+        output.db,
+        output.name,
         columns=["tbname", "wstart", "wend", *names],
         filters=[("wstart", ">=", low), ("wend", "<=", end)],
     )
