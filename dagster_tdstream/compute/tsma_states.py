@@ -92,22 +92,8 @@ def merged_states(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice) ->
     output = choice.output
     if table.virtual or warehouse.delta.rows_in_range(output.db, output.name, ("wstart", low, end)) > DRIVER_STATES:
         return None
-    names = [s.name for s in choice.states]
-    source_of = _source_of(warehouse, choice)
-    states = warehouse.delta.read(
-        output.db,
-        output.name,
-        columns=["tbname", "wstart", "wend", *names],
-        filters=[("wstart", ">=", low), ("wend", "<=", end)],
-    )
-    sources = pc.take(
-        pa.array(list(source_of.values()), pa.string()),
-        pc.index_in(states.column("tbname"), value_set=pa.array(list(source_of), pa.string())),
-    )
-    states = states.set_column(0, "tbname", sources).filter(
-        pc.is_valid(sources) if table.kind == "super" else pc.equal(sources, table.name)
-    )
-    spans = states.group_by("tbname").aggregate([("wstart", "min"), ("wend", "max")])
+    states = _windows(warehouse, table, choice, [s.name for s in choice.states])
+    spans = _spans(states)
     children = warehouse.catalog.child_tables(table.db, table.name) if table.kind == "super" else [table]
     ranges = _raw_ranges(children, spans, low, high)
     storage = table.storage_name
@@ -134,6 +120,35 @@ def merged_states(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice) ->
     if atoms is not None:
         rows = _merge(rows.append_column(_ATOM, atoms), pk, choice.states)
     return _with_tags(table, children, rows)
+
+
+def _windows(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice, states: list[str]) -> pa.Table:
+    """The TSMA's windows the query reads — wholly inside its range and final — of ``table``
+    (of its child tables for a super table): ``tbname`` the source table's name (the output's
+    child tables carry it as their tag), ``wstart``, ``wend`` and the ``states`` columns; the
+    files pruned by their statistics."""
+    output = choice.output
+    source_of = _source_of(warehouse, choice)
+    windows = warehouse.delta.read(
+        output.db,
+        output.name,
+        columns=["tbname", "wstart", "wend", *states],
+        filters=[("wstart", ">=", choice.shape.low), ("wend", "<=", _final_end(choice))],
+    )
+    sources = pc.take(
+        pa.array(list(source_of.values()), pa.string()),
+        pc.index_in(windows.column("tbname"), value_set=pa.array(list(source_of), pa.string())),
+    )
+    return windows.set_column(0, "tbname", sources).filter(
+        pc.is_valid(sources) if table.kind == "super" else pc.equal(sources, table.name)
+    )
+
+
+def _spans(windows: pa.Table) -> pa.Table:
+    """Each table's span of the windows read, [first start, last end) (``tbname``,
+    ``wstart_min``, ``wend_max``): its raw rows inside are in the windows, those outside are
+    read as rows."""
+    return windows.group_by("tbname").aggregate([("wstart", "min"), ("wend", "max")])
 
 
 def _raw_ranges(
@@ -274,7 +289,6 @@ def _spark_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
     windows = table_frame(spark, warehouse, choice.output).where((F.col("wstart") >= low) & (F.col("wend") <= end))
     if table.kind != "super":  # a child or normal table: its own windows
         windows = windows.where(F.col(TBNAME_TAG) == table.name)
-    spans = _spans(views, table, choice, low, end)
     state_rows = windows.select(
         F.col("wstart").alias(pk),
         F.col(TBNAME_TAG).alias("tbname"),
@@ -282,7 +296,10 @@ def _spark_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
     )
     if table.kind != "normal":
         state_rows = with_tags(spark, warehouse, table, state_rows)
-    raw = _raw_rows(views, table, spans, low, high)
+    # the spans from the window bounds alone, on the driver (three columns of one row per window)
+    spans = _spans(_windows(warehouse, table, choice, []))
+    children = warehouse.catalog.child_tables(table.db, table.name) if table.kind == "super" else [table]
+    raw = _raw_rows(views, table, spans, _raw_ranges(children, spans, low, high))
     types = {c.name.lower(): spark_type(arrow_type(c.type)) for c in choice.output.columns}
     as_states = raw.select(
         F.col(pk),
@@ -291,33 +308,6 @@ def _spark_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
         *(_state(s.kind, s.column, pk, types[s.name.lower()]).alias(s.name.lower()) for s in choice.states),
     )
     return state_rows.unionByName(as_states)
-
-
-def _spans(views: SparkViews, table: TableInfo, choice: TsmaChoice, low: int, end: int) -> dict[str, tuple[int, int]]:
-    """Each table's span of the windows read, [first start, last end): its raw rows inside
-    are in the windows, those outside are read as rows. Read on the driver from the window
-    bounds alone (three columns of one row per window, the files pruned by their statistics);
-    the output's child tables carry the source table's name as their tag."""
-    output, warehouse = choice.output, views.warehouse
-    source_of = _source_of(warehouse, choice)
-    filters: list[tuple[str, str, object]] = [("wstart", ">=", low), ("wend", "<=", end)]
-    if table.kind != "super":  # the output child tables of this one table
-        mine = [child for child, source in source_of.items() if source == table.name]
-        if not mine:
-            return {}
-        filters.append(("tbname", "in", mine))
-    bounds = warehouse.delta.read(output.db, output.name, columns=["tbname", "wstart", "wend"], filters=filters)
-    grouped = bounds.group_by("tbname").aggregate([("wstart", "min"), ("wend", "max")])
-    return {
-        source_of[child]: (lo, hi)
-        for child, lo, hi in zip(
-            grouped.column("tbname").to_pylist(),
-            grouped.column("wstart_min").to_pylist(),
-            grouped.column("wend_max").to_pylist(),
-            strict=True,
-        )
-        if source_of.get(child) is not None
-    }
 
 
 def _state(kind: str, column: str, key: str, spark_type: Any) -> Any:
@@ -334,35 +324,24 @@ def _state(kind: str, column: str, key: str, spark_type: Any) -> Any:
     return value.cast(spark_type)
 
 
-def _raw_rows(views: SparkViews, table: TableInfo, spans: dict[str, tuple[int, int]], low: int, high: int) -> Any:
-    """The table's rows in [low, high] outside its windows' spans: the files of the range's
-    ends are read (before the latest span's start, from the earliest span's end), and of the
-    middle only the rows of tables without a span."""
+def _raw_rows(
+    views: SparkViews, table: TableInfo, spans: pa.Table, ranges: list[tuple[int, int, list[str] | None]]
+) -> Any:
+    """The table's rows in ``ranges`` outside its windows' spans, read by Spark."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
     spark, warehouse = views.spark, views.warehouse
+    frames = []
+    for lo, hi, only in ranges:
+        rows = table_frame(spark, warehouse, table, key_range=(lo, hi))
+        frames.append(rows if only is None else rows.where(F.col("tbname").isin(only)))
+    rows = reduce(lambda a, b: a.unionByName(b), frames)
+    if not spans.num_rows:
+        return rows
+    bounds = spark.createDataFrame(spans.rename_columns(["tbname", "__lo", "__hi"]))
     pk = table.primary_key
-    if not spans:
-        return table_frame(spark, warehouse, table, key_range=(low, high))
-    first_end = max(lo for lo, _ in spans.values())  # before it, some table reads rows
-    last_start = min(hi for _, hi in spans.values())  # from it on, some table reads rows
-    if first_end >= last_start:
-        rows = table_frame(spark, warehouse, table, key_range=(low, high))
-    else:
-        rows = table_frame(spark, warehouse, table, key_range=(low, first_end - 1))
-        rows = rows.unionByName(table_frame(spark, warehouse, table, key_range=(last_start, high)))
-        names = (
-            [table.name]
-            if table.kind != "super"
-            else [c.name for c in warehouse.catalog.child_tables(table.db, table.name)]
-        )
-        spanless = [name for name in names if name not in spans]
-        if spanless:
-            middle = table_frame(spark, warehouse, table, key_range=(first_end, last_start - 1))
-            rows = rows.unionByName(middle.where(F.col("tbname").isin(spanless)))
-    bounds = spark.createDataFrame(
-        [(name, lo, hi) for name, (lo, hi) in spans.items()], "tbname string, __lo long, __hi long"
-    )
     kept = rows.join(F.broadcast(bounds), "tbname", "left").where(
         F.col("__lo").isNull() | (F.col(pk) < F.col("__lo")) | (F.col(pk) >= F.col("__hi"))
     )
