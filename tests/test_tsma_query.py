@@ -188,3 +188,24 @@ def test_rows_the_tsma_has_not_computed_are_read_raw(session: Session, harness: 
     assert _same_as_raw(session, "select avg(c1), max(c1), count(*) from meters") == "tq.t15"
     assert harness.run_until_idle().failures == []
     assert _same_as_raw(session, "select _wstart, max(c1), count(*) from meters interval(5m)") == "tq.t5"
+
+
+def test_decimal_states_equal_the_raw_query(session: Session, harness: StreamHarness) -> None:
+    """A DECIMAL column's sum keeps Spark's wider DECIMAL: the lookup is finished by Spark,
+    with the raw query's values and types."""
+    session.execute(
+        "create database dq; use dq; create stable s (ts timestamp, d decimal(10,2)) tags (g int);"
+        "create table c1 using s tags (1); create table c2 using s tags (2);"
+        "insert into c1 values " + " ".join(f"({T0 + i * 20_000}, {i}.25)" for i in range(30)) + ";"
+        "insert into c2 values " + " ".join(f"({T0 + i * 30_000}, -{i}.5)" for i in range(20)) + ";"
+        "create tsma dt on s function(sum(d), max(d), count(ts)) interval(1m)"
+    )
+    assert harness.run_until_idle().failures == []
+    session.execute("alter local 'querySmaOptimize' '1'")
+    for query in ("select sum(d), max(d), count(*) from s", "select _wstart, sum(d) from s interval(5m)"):
+        answer = session.query(query)
+        raw = session.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1))
+        assert _tsma_of(answer) == "dq.dt"
+        assert answer.rows == raw.rows and answer.rows
+        assert answer.table is not None and raw.table is not None
+        assert answer.table.schema.types == raw.table.schema.types

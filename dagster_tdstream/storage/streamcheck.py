@@ -264,6 +264,8 @@ def infer_result_type(expr: ast.Expr, cols: _Columns | None) -> ast.DataType | N
         if name == "sum" and arg is not None:
             if arg.name in ("FLOAT", "DOUBLE"):
                 return DOUBLE
+            if arg.name == "DECIMAL":  # TDengine widens a DECIMAL's sum to 38 digits
+                return ast.DataType("DECIMAL", 38, arg.scale)
             return ast.DataType("BIGINT UNSIGNED") if "UNSIGNED" in arg.name else BIGINT
         if name in ("min", "max", "first", "last", "last_row", "mode", "top", "bottom", "sample", "tail", "unique"):
             return arg

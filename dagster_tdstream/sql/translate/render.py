@@ -565,6 +565,10 @@ class Renderer:
         if name == "count":
             return Typed(f"coalesce(sum({state['count']}), 0)", "int", True)
         if name == "sum":
+            dtype = next((c.type for c in self.scope.tables[0].columns if c.name.lower() == column.lower()), None)
+            if dtype is not None and dtype.name == "DECIMAL":  # the type Spark gives the raw rows' sum
+                digits = min(38, (dtype.length or 10) + 10)
+                return Typed(f"CAST(sum({state['sum']}) AS DECIMAL({digits},{dtype.scale or 0}))", "float", True)
             return Typed(f"sum({state['sum']})", "float" if kind == "float" else "int", True)
         if name in ("min", "max"):
             return Typed(f"{name}({state[name]})", kind, True)
