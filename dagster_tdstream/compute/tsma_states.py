@@ -78,8 +78,8 @@ def _final_end(choice: TsmaChoice) -> int:
 
 def _source_of(warehouse: Warehouse, choice: TsmaChoice) -> dict[str, str]:
     """The output's child tables, each with the source table's name it carries as a tag."""
-    children = warehouse.catalog.child_tables(choice.output.db, choice.output.name)
-    found = {child.name: child.tag_values.get(TBNAME_TAG) for child in children}
+    children = warehouse.catalog.child_tag_values(choice.output.db, choice.output.name)
+    found = {child: tags.get(TBNAME_TAG) for child, tags in children.items()}
     return {child: source for child, source in found.items() if source is not None}
 
 
@@ -94,7 +94,7 @@ def merged_states(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice) ->
         return None
     states = _windows(warehouse, table, choice, [s.name for s in choice.states])
     spans = _spans(states)
-    children = warehouse.catalog.child_tables(table.db, table.name) if table.kind == "super" else [table]
+    children = _children(warehouse, table)
     ranges = _raw_ranges(children, spans, low, high)
     storage = table.storage_name
     if sum(warehouse.delta.rows_in_range(table.db, storage, (pk, lo, hi)) for lo, hi, _ in ranges) > DRIVER_ROWS:
@@ -120,6 +120,13 @@ def merged_states(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice) ->
     if atoms is not None:
         rows = _merge(rows.append_column(_ATOM, atoms), pk, choice.states)
     return _with_tags(table, children, rows)
+
+
+def _children(warehouse: Warehouse, table: TableInfo) -> dict[str, dict[str, Any]]:
+    """The tables whose rows the query reads, each with its tag values."""
+    if table.kind == "super":
+        return warehouse.catalog.child_tag_values(table.db, table.name)
+    return {table.name: table.tag_values}
 
 
 def _windows(warehouse: Warehouse, table: TableInfo, choice: TsmaChoice, states: list[str]) -> pa.Table:
@@ -152,7 +159,7 @@ def _spans(windows: pa.Table) -> pa.Table:
 
 
 def _raw_ranges(
-    children: list[TableInfo], spans: pa.Table, low: int, high: int
+    children: dict[str, dict[str, Any]], spans: pa.Table, low: int, high: int
 ) -> list[tuple[int, int, list[str] | None]]:
     """The key ranges whose raw rows the view needs, each with the only tables to read there
     (None: all): the range's ends (before the latest span's start, from the earliest span's
@@ -164,7 +171,7 @@ def _raw_ranges(
     if first_end >= last_start:
         return [(low, high, None)]
     ranges: list[tuple[int, int, list[str] | None]] = [(low, first_end - 1, None), (last_start, high, None)]
-    names = [c.name for c in children]
+    names = list(children)
     spanned = set(spans.column("tbname").to_pylist())
     spanless = [name for name in names if name not in spanned]
     if spanless:
@@ -267,16 +274,16 @@ def _merge(rows: pa.Table, pk: str, states: tuple[State, ...]) -> pa.Table:
     return pa.table({name: merged.column(name).cast(types[name]) for name in rows.column_names if name != _ATOM})
 
 
-def _with_tags(table: TableInfo, children: list[TableInfo], rows: pa.Table) -> pa.Table:
+def _with_tags(table: TableInfo, children: dict[str, dict[str, Any]], rows: pa.Table) -> pa.Table:
     """The rows with their child table's tags, those of child tables that no longer exist left
     out (as ``with_tags`` joins them)."""
     if table.kind == "normal":
         return rows
-    at = pc.index_in(rows.column("tbname"), value_set=pa.array([c.name for c in children], pa.string()))
+    at = pc.index_in(rows.column("tbname"), value_set=pa.array(list(children), pa.string()))
     kept = pc.is_valid(at)
     rows, at = rows.filter(kept), at.filter(kept)
     for tag in table.tags:
-        values = pa.array([child.tag_values.get(tag.name) for child in children], arrow_type(tag.type))
+        values = pa.array([tags.get(tag.name) for tags in children.values()], arrow_type(tag.type))
         rows = rows.append_column(tag.name, pc.take(values, at))
     return rows
 
@@ -298,7 +305,7 @@ def _spark_states(views: SparkViews, table: TableInfo, choice: TsmaChoice) -> An
         state_rows = with_tags(spark, warehouse, table, state_rows)
     # the spans from the window bounds alone, on the driver (three columns of one row per window)
     spans = _spans(_windows(warehouse, table, choice, []))
-    children = warehouse.catalog.child_tables(table.db, table.name) if table.kind == "super" else [table]
+    children = _children(warehouse, table)
     raw = _raw_rows(views, table, spans, _raw_ranges(children, spans, low, high))
     types = {c.name.lower(): spark_type(arrow_type(c.type)) for c in choice.output.columns}
     as_states = raw.select(
