@@ -90,6 +90,8 @@ CASES = [
     ("select t2, t1, _wstart, _wduration, first(c2), last(c2), spread(c1), stddev(c2), min(c1), sum(c1)"
      " from meters partition by t2, t1 interval(15m)", "tq.t15"),
     ("select t2, count(c1), avg(c1) from meters group by t2", "tq.t15"),
+    ("select _wstart, _wend, tbname, max(c1), first(c2) from meters where ts >= '2018-09-17 01:07:10'"
+     " partition by tbname interval(15m, 5m) sliding(5m)", "tq.t5"),
     # a child table reads its own states; a normal table its TSMA
     ("select avg(c1), last(c2) from d2", "tq.t15"),
     ("select sum(v), avg(w), count(*) from nt where ts > '2018-09-17 01:10:10'", "tq.n2"),
@@ -113,10 +115,13 @@ FINISHED_HERE = {
     "select avg(c1) from meters where ts between '2018-09-17 01:02:00' and '2018-09-17 01:03:00'",
     "select _wstart, avg(c1), max(c1), count(*) from meters interval(30m)",
     "select _wstart, _wend, tbname, sum(c1) from meters partition by tbname interval(10m)",
+    "select _wstart, avg(c1) from meters interval(10m) sliding(5m)",
     "select _wstart, avg(c1) from meters interval(15m, 5m)",
     "select t2, t1, _wstart, _wduration, first(c2), last(c2), spread(c1), stddev(c2), min(c1), sum(c1)"
     " from meters partition by t2, t1 interval(15m)",
     "select t2, count(c1), avg(c1) from meters group by t2",
+    "select _wstart, _wend, tbname, max(c1), first(c2) from meters where ts >= '2018-09-17 01:07:10'"
+    " partition by tbname interval(15m, 5m) sliding(5m)",
     "select avg(c1), last(c2) from d2",
     "select sum(v), avg(w), count(*) from nt where ts > '2018-09-17 01:10:10'",
 }

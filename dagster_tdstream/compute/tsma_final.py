@@ -3,7 +3,7 @@
 Owns ``answer``: when the states a query reads were merged here (``tsma_states.merged_states``:
 a few rows per table and window) and the query has the plain shape of a pre-aggregation
 lookup — its select items aggregates the TSMA keeps, the windows' pseudo-columns and its
-PARTITION BY / GROUP BY keys (tbname, tags); an INTERVAL without SLIDING or FILL, or none; no
+PARTITION BY / GROUP BY keys (tbname, tags); a fixed INTERVAL without FILL, or none; no
 WHERE but the time range, no HAVING, ORDER BY or LIMIT — each aggregate is finished from the
 states with the formulas, result types and row order of the translated query
 (``Renderer._merged``: the groups' keys, NULL first, then the window start), so a lookup that
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,8 +84,7 @@ def answer(select: ast.Select, table: TableInfo, tag_filtered: bool, rows: pa.Ta
     data = pa.table({**codes, **{c: rows.column(c) for c in rows.column_names}})
     groups = [*codes]
     if spec is not None:
-        at = data.column(table.primary_key).to_numpy()
-        data = data.append_column(_WINDOW, pa.array(at - (at - spec.offset) % spec.interval))
+        data = _in_windows(data, table.primary_key, spec)
         groups.append(_WINDOW)
     if not groups:
         data = data.append_column("__all", pa.array([0] * data.num_rows, pa.int8()))
@@ -105,17 +105,30 @@ def answer(select: ast.Select, table: TableInfo, tag_filtered: bool, rows: pa.Ta
 
 
 def _spec(window: ast.QueryWindow | None, precision: str) -> IntervalSpec | None:
-    """The INTERVAL's geometry when it is one this process finishes: fixed, SLIDING its
-    interval, no FILL."""
+    """The INTERVAL's geometry when it is one this process finishes: fixed, no FILL."""
     if not isinstance(window, ast.IntervalWindow) or window.fill is not None:
         return None
     try:
         spec = IntervalSpec.from_durations(window.interval, window.sliding or window.interval, window.offset, precision)
     except TimeValueError:
         return None  # the translator says what is wrong with the window
-    if not isinstance(spec, IntervalSpec) or spec.sliding != spec.interval:
-        return None
+    if not isinstance(spec, IntervalSpec) or spec.sliding > spec.interval:
+        return None  # calendar windows, or a SLIDING the translator refuses
     return spec
+
+
+def _in_windows(data: pa.Table, pk: str, spec: IntervalSpec) -> pa.Table:
+    """``data`` with each row once per window holding it and ``__w`` that window's start:
+    ``IntervalSpec.starts`` over whole columns (several windows when SLIDING < INTERVAL, as
+    the translated query labels its rows)."""
+    at = data.column(pk).to_numpy()
+    last = at - (at - spec.offset) % spec.sliding
+    before = at - spec.interval
+    first = before - (before - spec.offset) % spec.sliding + spec.sliding
+    counts = (last - first) // spec.sliding + 1
+    rows = np.repeat(np.arange(len(at)), counts)
+    nth = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return data.take(pa.array(rows)).append_column(_WINDOW, pa.array(first[rows] + nth * spec.sliding))
 
 
 def _item(
