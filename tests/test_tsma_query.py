@@ -92,6 +92,11 @@ CASES = [
     ("select t2, count(c1), avg(c1) from meters group by t2", "tq.t15"),
     ("select _wstart, _wend, tbname, max(c1), first(c2) from meters where ts >= '2018-09-17 01:07:10'"
      " partition by tbname interval(15m, 5m) sliding(5m)", "tq.t5"),
+    ("select _wstart, avg(c1), count(*) from meters interval(5m) order by _wstart desc limit 3 offset 1", "tq.t5"),
+    ("select _wstart w, max(c1) from meters where ts < '2018-09-17 01:40:00' interval(10m) order by w limit 2",
+     "tq.t5"),
+    ("select _wstart, tbname, max(c1) from meters partition by tbname interval(10m) limit 2", "tq.t5"),
+    ("select _wstart, avg(c1) a from meters interval(10m) order by a", "tq.t5"),
     # a child table reads its own states; a normal table its TSMA
     ("select avg(c1), last(c2) from d2", "tq.t15"),
     ("select sum(v), avg(w), count(*) from nt where ts > '2018-09-17 01:10:10'", "tq.n2"),
@@ -122,6 +127,8 @@ FINISHED_HERE = {
     "select t2, count(c1), avg(c1) from meters group by t2",
     "select _wstart, _wend, tbname, max(c1), first(c2) from meters where ts >= '2018-09-17 01:07:10'"
     " partition by tbname interval(15m, 5m) sliding(5m)",
+    "select _wstart, avg(c1), count(*) from meters interval(5m) order by _wstart desc limit 3 offset 1",
+    "select _wstart w, max(c1) from meters where ts < '2018-09-17 01:40:00' interval(10m) order by w limit 2",
     "select avg(c1), last(c2) from d2",
     "select sum(v), avg(w), count(*) from nt where ts > '2018-09-17 01:10:10'",
 }

@@ -4,7 +4,8 @@ Owns ``answer``: when the states a query reads were merged here (``tsma_states.m
 a few rows per table and window) and the query has the plain shape of a pre-aggregation
 lookup — its select items aggregates the TSMA keeps, the windows' pseudo-columns and its
 PARTITION BY / GROUP BY keys (tbname, tags); a fixed INTERVAL without FILL, or none; no
-WHERE but the time range, no HAVING, ORDER BY or LIMIT — each aggregate is finished from the
+WHERE but the time range, no HAVING; ORDER BY ``_wstart`` and LIMIT of one series of windows
+— each aggregate is finished from the
 states with the formulas, result types and row order of the translated query
 (``Renderer._merged``: the groups' keys, NULL first, then the window start), so a lookup that
 Spark would answer from a few thousand rows costs no Spark job. Any other query: None, and
@@ -54,16 +55,22 @@ class _Item:
 def answer(select: ast.Select, table: TableInfo, tag_filtered: bool, rows: pa.Table, precision: str) -> pa.Table | None:
     """The query's result columns (``__c0`` …, as the translated query names them), or None
     when it is not of the plain shape (or reads no row: Spark says what an empty input gives)."""
+    descending = _by_window(select)
     if (
         select.having is not None
-        or select.order_by
-        or any(v is not None for v in (select.limit, select.offset, select.slimit, select.soffset, select.interp))
+        or descending is None
+        or any(v is not None for v in (select.slimit, select.soffset, select.interp))
         or tag_filtered
         or not rows.num_rows
     ):
         return None
     spec = _spec(select.window, precision)
     if select.window is not None and spec is None:
+        return None
+    # ORDER BY and LIMIT of one series of windows only (each partition ranks its own rows)
+    series = not select.partition_by and not select.group_by
+    limited = select.limit is not None or select.offset is not None
+    if (select.order_by and (spec is None or not series)) or (limited and not series):
         return None
     groupable = {"tbname": "tbname", **{t.name.lower(): t.name for t in table.tags}}
     keys: list[str] = []
@@ -101,7 +108,27 @@ def answer(select: ast.Select, table: TableInfo, tag_filtered: bool, rows: pa.Ta
         grouped = grouped.take(permutation)
         decoded = {key: array.take(permutation) for key, array in decoded.items()}
     arrays = [_finish(item, grouped, decoded, spec) for item in chosen]
-    return pa.table(arrays, names=[f"__c{i}" for i in range(len(arrays))])
+    result = pa.table(arrays, names=[f"__c{i}" for i in range(len(arrays))])
+    if descending:
+        result = result.take(pa.array(range(result.num_rows - 1, -1, -1)))
+    start = select.offset or 0
+    return result.slice(start, select.limit) if select.limit is not None else result.slice(start)
+
+
+def _by_window(select: ast.Select) -> bool | None:
+    """Whether the rows come newest window first: False without ORDER BY or by ``_wstart``
+    (or its alias) ascending, True descending; None for any other ORDER BY."""
+    if not select.order_by:
+        return False
+    named = {"_wstart"} | {
+        item.alias.lower()
+        for item in select.items
+        if item.alias and isinstance(item.expr, ast.Column) and item.expr.name.lower() == "_wstart"
+    }
+    order = select.order_by[0]
+    if len(select.order_by) != 1 or not isinstance(order.expr, ast.Column) or order.expr.table is not None:
+        return None
+    return order.descending if order.expr.name.lower() in named else None
 
 
 def _spec(window: ast.QueryWindow | None, precision: str) -> IntervalSpec | None:
