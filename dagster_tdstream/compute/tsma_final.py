@@ -22,22 +22,11 @@ import pyarrow.compute as pc
 
 from ..sql import ast
 from ..sql.intervals import IntervalSpec
-from ..sql.timeunits import TimeValueError
+from ..sql.tsma import FUNCTION_STATES, State
 from ..storage.catalog import TableInfo
+from .tsma_states import fixed_interval, value_at
 
 _PSEUDO = ("_wstart", "_wend", "_wduration")
-# each finished aggregate's states and how the rows of one group combine them
-_NEEDS = {
-    "count": (("count", "sum"),),
-    "sum": (("sum", "sum"),),
-    "min": (("min", "min"),),
-    "max": (("max", "max"),),
-    "avg": (("sum", "sum"), ("count", "sum")),
-    "spread": (("min", "min"), ("max", "max")),
-    "stddev": (("sum", "sum"), ("count", "sum"), ("sumsq", "sum")),
-    "first": (),
-    "last": (),
-}
 _WINDOW = "__w"
 
 
@@ -135,13 +124,8 @@ def _spec(window: ast.QueryWindow | None, precision: str) -> IntervalSpec | None
     """The INTERVAL's geometry when it is one this process finishes: fixed, no FILL."""
     if not isinstance(window, ast.IntervalWindow) or window.fill is not None:
         return None
-    try:
-        spec = IntervalSpec.from_durations(window.interval, window.sliding or window.interval, window.offset, precision)
-    except TimeValueError:
-        return None  # the translator says what is wrong with the window
-    if not isinstance(spec, IntervalSpec) or spec.sliding > spec.interval:
-        return None  # calendar windows, or a SLIDING the translator refuses
-    return spec
+    spec = fixed_interval(window, precision)
+    return spec if spec is not None and spec.sliding <= spec.interval else None  # else the translator refuses it
 
 
 def _in_windows(data: pa.Table, pk: str, spec: IntervalSpec) -> pa.Table:
@@ -166,7 +150,7 @@ def _item(
         if name in _PSEUDO:
             return _Item("pseudo", name) if spec is not None else None
         return _Item("key", groupable[name]) if groupable.get(name) in keys else None
-    if not isinstance(expr, ast.Func) or expr.name not in _NEEDS or expr.distinct or len(expr.args) != 1:
+    if not isinstance(expr, ast.Func) or expr.name not in FUNCTION_STATES or expr.distinct or len(expr.args) != 1:
         return None
     arg = expr.args[0]
     if expr.name == "count" and isinstance(arg, ast.Star):
@@ -175,9 +159,10 @@ def _item(
         column = arg.name.lower()
     else:
         return None
-    states = [f"{expr.name}_{column}", f"{expr.name}ts_{column}"] if expr.name in ("first", "last") else []
-    needs = tuple((f"{state}_{column}", how) for state, how in _NEEDS[expr.name])
-    kept = [*states, *(c for c, _ in needs)]
+    states = [State(kind, column) for kind in FUNCTION_STATES[expr.name]]
+    # first/last are picked by their times (``value_at``); the others combine their states
+    needs = () if expr.name in ("first", "last") else tuple((s.name, s.combine) for s in states)
+    kept = [s.name for s in states]
     if not all(name in rows.column_names for name in kept):
         return None
     if any(pa.types.is_decimal(rows.schema.field(name).type) for name in kept):
@@ -188,13 +173,8 @@ def _item(
 def _with_chosen(grouped: pa.Table, data: pa.Table, groups: list[str], func: str, column: str) -> pa.Table:
     """``grouped`` with ``__first_<column>`` (``__last_``): each group's value kept with its
     earliest (latest) time, over all its rows."""
-    value, at = f"{func}_{column}", f"{func}ts_{column}"
-    ordered = data.sort_by([(at, "ascending" if func == "first" else "descending", "at_end")])
-    # in that order the first value that is not NULL is the one of that time (a state's value
-    # and its time are NULL together)
-    picked = ordered.group_by(groups, use_threads=False).aggregate([(value, "first")])
-    picked = pa.table({**{g: picked.column(g) for g in groups}, f"__{func}_{column}": picked.column(f"{value}_first")})
-    return grouped.join(picked, groups, join_type="left outer")
+    picked = value_at(data, groups, f"{func}_{column}", f"{func}ts_{column}", earliest=func == "first")
+    return grouped.join(picked.rename_columns([*groups, f"__{func}_{column}"]), groups, join_type="left outer")
 
 
 def _finish(item: _Item, grouped: pa.Table, decoded: dict[str, pa.Array], spec: IntervalSpec | None) -> pa.Array:

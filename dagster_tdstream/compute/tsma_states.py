@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..families.tsma_query import TsmaChoice
+from ..sql import ast
 from ..sql.constants import INT64_MAX
 from ..sql.intervals import IntervalSpec
 from ..sql.timeunits import TimeValueError
@@ -236,15 +237,31 @@ def _atoms(keys: pa.ChunkedArray, choice: TsmaChoice, precision: str) -> pa.Arra
     window = choice.shape.window
     if window is None:
         return pa.array(np.zeros(len(keys), np.int64))
-    try:
-        spec = IntervalSpec.from_durations(window.interval, window.sliding or window.interval, window.offset, precision)
-    except TimeValueError:
-        return None  # the translator says what is wrong with the window
-    if not isinstance(spec, IntervalSpec):
+    spec = fixed_interval(window, precision)
+    if spec is None:
         return None
     step = gcd(spec.interval, spec.sliding)
     at = keys.to_numpy()
     return pa.array(at - np.mod(at - spec.offset, step))
+
+
+def fixed_interval(window: ast.IntervalWindow, precision: str) -> IntervalSpec | None:
+    """The INTERVAL's fixed geometry; None for calendar windows or one the translator refuses
+    (it says what is wrong)."""
+    try:
+        spec = IntervalSpec.from_durations(window.interval, window.sliding or window.interval, window.offset, precision)
+    except TimeValueError:
+        return None
+    return spec if isinstance(spec, IntervalSpec) else None
+
+
+def value_at(rows: pa.Table, keys: list[str], value: str, at: str, *, earliest: bool) -> pa.Table:
+    """Per group of ``keys``: ``value`` of the row with the earliest (or latest) ``at`` — a
+    first/last state and its time are NULL together, so in that order the first value that is
+    not NULL is that row's."""
+    ordered = rows.sort_by([(at, "ascending" if earliest else "descending", "at_end")])
+    picked = ordered.group_by(keys, use_threads=False).aggregate([(value, "first")])
+    return pa.table({**{key: picked.column(key) for key in keys}, value: picked.column(f"{value}_first")})
 
 
 def _merge(rows: pa.Table, pk: str, states: tuple[State, ...]) -> pa.Table:
@@ -253,23 +270,19 @@ def _merge(rows: pa.Table, pk: str, states: tuple[State, ...]) -> pa.Table:
     with the earliest/latest time."""
     keys = ["tbname", _ATOM]
     plain = [s for s in states if s.kind not in ("first", "last")]
-    how = {"count": "sum", "sum": "sum", "sumsq": "sum", "min": "min", "max": "max", "firstts": "min", "lastts": "max"}
-    grouped = rows.group_by(keys).aggregate([(pk, "min"), *((s.name.lower(), how[s.kind]) for s in plain)])
+    grouped = rows.group_by(keys).aggregate([(pk, "min"), *((s.name.lower(), s.combine) for s in plain)])
     merged = pa.table(
         {
             **{key: grouped.column(key) for key in keys},
             pk: grouped.column(f"{pk}_min"),
-            **{s.name.lower(): grouped.column(f"{s.name.lower()}_{how[s.kind]}") for s in plain},
+            **{s.name.lower(): grouped.column(f"{s.name.lower()}_{s.combine}") for s in plain},
         }
     )
     for state in states:
-        if state.kind not in ("first", "last"):
-            continue
-        name, at = state.name.lower(), f"{state.kind}ts_{state.column}".lower()
-        ordered = rows.sort_by([(at, "ascending" if state.kind == "first" else "descending", "at_end")])
-        chosen = ordered.group_by(keys, use_threads=False).aggregate([(name, "first")])
-        chosen = pa.table({**{key: chosen.column(key) for key in keys}, name: chosen.column(f"{name}_first")})
-        merged = merged.join(chosen, keys, join_type="left outer")
+        if state.kind in ("first", "last"):
+            at = f"{state.kind}ts_{state.column}".lower()
+            picked = value_at(rows, keys, state.name.lower(), at, earliest=state.kind == "first")
+            merged = merged.join(picked, keys, join_type="left outer")
     types = {name: rows.schema.field(name).type for name in rows.column_names}
     return pa.table({name: merged.column(name).cast(types[name]) for name in rows.column_names if name != _ATOM})
 

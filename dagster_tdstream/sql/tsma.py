@@ -60,11 +60,14 @@ class State:
             return f"{'min' if self.kind == 'firstts' else 'max'}(case when {col} is not null then `{key}` end)"
         return f"{self.kind}({col})"
 
+    @property
+    def combine(self) -> str:
+        """The aggregate that combines several windows' states of this kind into one."""
+        return {"count": "sum", "sumsq": "sum", "firstts": "min", "lastts": "max"}.get(self.kind, self.kind)
+
     def merge(self) -> str:
         """The aggregate over a smaller TSMA's states of the same kind (a recursive TSMA)."""
-        col = f"`{self.name}`"
-        merged = {"count": "sum", "sumsq": "sum", "firstts": "min", "lastts": "max"}.get(self.kind, self.kind)
-        return f"{merged}({col})"
+        return f"{self.combine}(`{self.name}`)"
 
 
 # the states each function needs: avg = sum / count, stddev from count, sum and sum of
