@@ -146,12 +146,11 @@ class WindowTrigger:
         passed since they opened or were last computed, and that got rows since then; and
         the periodic recalculation's windows once its period has passed."""
         fired = []
-        if self.recalc_every is not None and state.deferred:
-            if state.deferred_since is None:
-                state.deferred_since = now
-            if now - state.deferred_since >= self.recalc_every:
-                fired += [Fired(RECALC, start, self.spec.end(start), -1) for start in sorted(state.deferred)]
-                state.deferred, state.deferred_since = set(), None
+        # (``_defer`` starts the period with the first deferred window: the two go together)
+        since = state.deferred_since
+        if self.recalc_every is not None and since is not None and now - since >= self.recalc_every:
+            fired += [Fired(RECALC, start, self.spec.end(start), -1) for start in sorted(state.deferred)]
+            state.deferred, state.deferred_since = set(), None
         if self.max_delay is None or state.max_ts is None:
             return fired
         progress = state.max_ts - (0 if self.at_once else self.watermark)
