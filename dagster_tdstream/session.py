@@ -39,6 +39,7 @@ from .results import Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
 from .sql.dialect import DIALECTS, as_dialect
+from .sql.keep_column_name import keep_column_names
 from .sql.parser import parse_statement_text
 from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
@@ -113,7 +114,7 @@ class Session:
         self.query_timeout = query_timeout  # seconds a SELECT may run before it is cancelled
         self.dialect = dialect  # "2.x": INTERVAL queries lead with the window start, as the 2.x client shows
         self._view_counter = 0
-        self.options = ClientOptions()  # ALTER LOCAL: querySmaOptimize, maxTsmaCalcDelay
+        self.options = ClientOptions()  # ALTER LOCAL: querySmaOptimize, maxTsmaCalcDelay, keepColumnName
 
     # ------------------------------------------------------------------ entry points
 
@@ -244,6 +245,8 @@ class Session:
         handler = getattr(self, "_exec_" + type(stmt).__name__.lower(), None)
         if handler is None:  # pragma: no cover - every AST statement has a handler
             raise QueryError(f"{type(stmt).__name__} cannot be executed")
+        if self.options.keep_column_name:
+            stmt = keep_column_names(stmt)
         try:
             return handler(stmt)
         except TDStreamError as exc:

@@ -686,3 +686,36 @@ def test_continuous_window_close_closes_on_the_streams_event_time(session: Sessi
     # b = 1's [10 s, 20 s) is closed by b = 2's row at 95 s under CONTINUOUS_WINDOW_CLOSE only
     assert sorted(output(session, "select ws, c, b from cw_out")) == [(W0, 1, 1), (W0, 1, 2), (W0 + 10_000, 1, 1)]
     assert sorted(output(session, "select ws, c, b from wc_out")) == [(W0, 1, 1), (W0, 1, 2)]
+
+
+def test_keep_column_name_names_first_and_last_by_their_column_in_queries_and_streams(
+    session: Session, harness: StreamHarness
+) -> None:
+    """``ALTER LOCAL 'keepColumnName' '1'`` (TDengine's client option, off by default): an
+    unaliased first/last/last_row of a column is named by the column. A stream created with it
+    keeps those names in the processes that run it, which parse its stored text again."""
+    _setup(session)
+    session.execute(f"insert into t1 values ({T0}, 1, 7) ({T0 + 1000}, 5, 8)")
+    plain = session.query("select first(a), last(b), last_row(a) from t1")
+    assert plain.columns == ["first(a)", "last(b)", "last_row(a)"]
+    assert session.query("alter local 'keepColumnName' '1'").message == "keepColumnName set to 1"
+    kept = session.query("select first(a), last(b), last_row(t1.a) x, max(a), last(*) from t1")
+    assert kept.columns[:4] == ["a", "b", "x", "max(a)"] and kept.rows[0][:4] == (1, 8, 5, 5)
+    # the column names clash, as TDengine's test basic3.sim expects
+    assert_rejected(
+        session,
+        "create stream bad into bad_out as select _wstart, count(*), first(a), last(a) from t1 interval(10s)",
+        "duplicate output column name 'a'",
+    )
+    session.execute(
+        "create stream s trigger at_once into out as select _wstart, count(*) n, first(a), last(b) from t1 interval(10s)"
+    )
+    session.execute("alter local 'keepColumnName' '0'")  # the stream keeps the names it was created with
+    session.execute(f"insert into t1 values ({T0 + 2000}, 3, 9)")
+    assert harness.run_until_idle().failures == []
+    result = session.query("select * from out")
+    assert result.columns[1:4] == ["n", "a", "b"]
+    # the window holds the rows written before the stream too
+    assert output(session, "select n, a, b from out") == [(3, 1, 9)]
+    with pytest.raises(TDStreamError, match="keepColumnName is 0 or 1, got '2'"):
+        session.execute("alter local 'keepColumnName' '2'")

@@ -21,6 +21,8 @@ class ClientOptions:
     query_sma_optimize: bool = False
     # maxTsmaCalcDelay (s): a TSMA further behind its table's newest row is not read
     max_tsma_calc_delay: int = 600
+    # keepColumnName: an unaliased first/last/last_row(col) is named col (sql/keep_column_name.py)
+    keep_column_name: bool = False
 
     def alter(self, stmt: ast.AlterLocal) -> str:
         """Set one option; a clear error for an unknown name or a value out of its range."""
@@ -36,4 +38,12 @@ class ClientOptions:
                 raise QueryError(f"maxTsmaCalcDelay is whole seconds from 600 to 86400, got {stmt.value!r}", **where)
             self.max_tsma_calc_delay = int(value)
             return f"maxTsmaCalcDelay set to {self.max_tsma_calc_delay}"
-        raise QueryError(f"unknown client option {stmt.name!r}: expected querySmaOptimize or maxTsmaCalcDelay", **where)
+        if name == "keepcolumnname":
+            if value not in _TRUE + _FALSE:
+                raise QueryError(f"keepColumnName is 0 or 1, got {stmt.value!r}", **where)
+            self.keep_column_name = value in _TRUE
+            return f"keepColumnName set to {int(self.keep_column_name)}"
+        raise QueryError(
+            f"unknown client option {stmt.name!r}: expected querySmaOptimize, maxTsmaCalcDelay or keepColumnName",
+            **where,
+        )
