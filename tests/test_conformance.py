@@ -38,8 +38,8 @@ KNOWN_STATEMENT_GAPS = {
     "legacy_invalid_statements.txt": (
         "8 of 65 line(s) accepted: lines 6, 7, 8, 9, 10, 13, 14, 62",
         "lines 6-10: their setup creates a stream selecting tbname as an output column, which is the child "
-        "table name column here, and sets keepColumnName (not built); 13-14: the setup never creates database "
-        "result2; 62: the setup is a tsim script with $variables",
+        "table name column here (the lines themselves are rejected once the setup's keepColumnName is on); "
+        "13-14: the setup never creates database result2; 62: the setup is a tsim script with $variables",
     ),
     "tsma_invalid_statements.txt": (
         "1 of 36 line(s) accepted: lines 36",
