@@ -207,6 +207,12 @@ def validate_legacy_stream(stmt: ast.CreateLegacyStream) -> None:
         raise _error(stmt, "HAVING is allowed only with INTERVAL in a stream's query", query.having.pos)
     if isinstance(window, ast.IntervalWindow) and window.fill is not None:
         _validate_fill(stmt, window.fill)
+    if isinstance(window, ast.SessionWindow) and (
+        not isinstance(window.gap, ast.DurationLiteral)
+        or window.gap.duration.is_calendar
+        or window.gap.duration.value <= 0
+    ):
+        raise _error(stmt, "SESSION's gap is a positive duration such as 10s or 5m", window.gap.pos)
     if is_interp_query(stmt.query):
         _validate_interp(stmt)
     allowed = {"interp"} if query.interp is not None else set()
