@@ -296,3 +296,23 @@ def test_a_column_is_coerced_as_its_values_are_one_by_one(type_name: str, comput
         got = coerce_array(column, dtype, "c", computed=computed)
         # compared as text: NaN is a value here, equal to itself
         assert got.type == expected.type and repr(got.to_pylist()) == repr(expected.to_pylist()), (column, type_name)
+
+
+def test_child_tables_are_registered_together_existing_and_repeated_names_once(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    """A history run's output registers a child table per group in one catalog statement:
+    names that exist are skipped, a name given twice is created once, the rest in order."""
+    sql_session.execute("create database d; use d; create stable st (ts timestamp, v int) tags (g int, h varchar(8))")
+    sql_session.execute("create table c1 using st tags (1, 'old')")
+    stable = warehouse.table("d", "st")
+    children = [warehouse.new_child("d", f"c{i}", stable, {"g": i, "h": f"h{i}"}) for i in (3, 1, 2, 3)]
+    created = warehouse.create_child_tables(children)
+    assert [child.name for child in created] == ["c3", "c2"]
+    assert {name: info.tag_values for name, info in warehouse.catalog.get_tables("d", ["c1", "c2", "c3"]).items()} == {
+        "c1": {"g": 1, "h": "old"},
+        "c2": {"g": 2, "h": "h2"},
+        "c3": {"g": 3, "h": "h3"},
+    }
+    assert warehouse.table("d", "c2").columns == stable.columns and warehouse.table("d", "c3").tags == stable.tags
+    assert warehouse.create_child_tables(children) == []

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,6 +261,9 @@ _TABLES_NAMED = (
     )
     .where(and_(tables_table.c.db == bindparam("db"), tables_table.c.name.in_(bindparam("names", expanding=True))))
 )
+_NAMES_TAKEN = select(tables_table.c.name).where(
+    and_(tables_table.c.db == bindparam("db"), tables_table.c.name.in_(bindparam("names", expanding=True)))
+)
 _DATABASE_NAMED = select(databases_table).where(databases_table.c.name == bindparam("name"))
 _WRITE_STATES = select(write_state_table).where(
     and_(
@@ -446,20 +449,42 @@ class Catalog:
     # ------------------------------------------------------------------ tables
 
     def add_table(self, conn: Connection, info: TableInfo) -> None:
-        conn.execute(
-            insert(tables_table).values(
-                db=info.db,
-                name=info.name,
-                kind=info.kind,
-                stable=info.stable,
-                uid=info.uid,
-                columns=json.dumps([type_to_json(c) for c in info.columns]) if info.columns else None,
-                tags=json.dumps([type_to_json(c) for c in info.tags]) if info.tags else None,
-                tag_values=json.dumps(info.tag_values) if info.kind == "child" else None,
-                created_at=info.created_at,
-                refs=json.dumps(info.refs) if info.refs is not None else None,
-            )
-        )
+        self.add_tables(conn, [info])
+
+    def add_tables(self, conn: Connection, infos: Sequence[TableInfo]) -> None:
+        """Insert the tables' rows in one statement (a history run's output creates a child
+        table per group: one INSERT each was most of its catalog time)."""
+        texts: dict[int, str | None] = {}  # children of one super table share its definitions
+
+        def definitions(columns: Sequence[ColumnDef]) -> str | None:
+            if id(columns) not in texts:
+                texts[id(columns)] = json.dumps([type_to_json(c) for c in columns]) if columns else None
+            return texts[id(columns)]
+
+        rows = [
+            {
+                "db": info.db,
+                "name": info.name,
+                "kind": info.kind,
+                "stable": info.stable,
+                "uid": info.uid,
+                "columns": definitions(info.columns),
+                "tags": definitions(info.tags),
+                "tag_values": json.dumps(info.tag_values) if info.kind == "child" else None,
+                "created_at": info.created_at,
+                "refs": json.dumps(info.refs) if info.refs is not None else None,
+            }
+            for info in infos
+        ]
+        if rows:
+            conn.execute(insert(tables_table), rows)
+
+    def names_taken(self, conn: Connection, db: str, names: Iterable[str]) -> set[str]:
+        """Which of ``names`` are tables of ``db``, in one read per 500 names."""
+        wanted, taken = sorted(set(names)), set()
+        for i in range(0, len(wanted), 500):
+            taken |= set(conn.execute(_NAMES_TAKEN, {"db": db, "names": wanted[i : i + 500]}).scalars())
+        return taken
 
     def get_table(self, db: str, name: str, conn: Connection | None = None) -> TableInfo | None:
         with self._conn(conn) as c:

@@ -201,12 +201,18 @@ class Warehouse:
 
     def create_child_tables(self, children: Sequence[TableInfo]) -> list[TableInfo]:
         """Register child tables (already validated); existing names are skipped."""
-        created = []
+        created: list[TableInfo] = []
         with self.catalog.transaction() as conn:
-            for child in children:
-                if self.catalog.get_table(child.db, child.name, conn) is None:
-                    self.catalog.add_table(conn, child)
+            taken = {
+                (db, name)
+                for db in {child.db for child in children}
+                for name in self.catalog.names_taken(conn, db, [c.name for c in children if c.db == db])
+            }
+            for child in children:  # (a name given twice is created once)
+                if (child.db, child.name) not in taken:
+                    taken.add((child.db, child.name))
                     created.append(child)
+            self.catalog.add_tables(conn, created)
         return created
 
     def new_child(self, db: str, name: str, stable: TableInfo, tag_values: dict[str, Any]) -> TableInfo:
