@@ -452,3 +452,33 @@ def test_bulk_windows_equal_the_engine_replay(session: Session, spark: object, l
     assert bulk == [('["b", 2]', T, T + 1000, 2)]
     assert set(derived.states) == {'["a", 1]', '["b", 2]'}
     assert WINDOW_INVALIDATION not in {t["event"] for t in derived.triggers}
+
+
+@pytest.mark.parametrize("options", ["event_type(window_open|window_close)", "max_delay(3s)", "watermark(2s)"])
+def test_bulk_interval_runs_through_the_state_machine_or_in_one_pass_equal_the_row_replay(
+    session: Session, spark: object, options: str
+) -> None:
+    """INTERVAL in bulk: Spark's runs are replayed here — in one pass when WINDOW_CLOSE is the
+    only event (watermark), through the state machine otherwise (WINDOW_OPEN's detail,
+    MAX_DELAY's open windows) — and give the queue rows and states of the in-process path,
+    which replays each row."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1) ({T + 1500}, 2) ({T + 4100}, 3) ({T + 9000}, 4);"
+        f"insert into b values ({T + 200}, 5) ({T + 6000}, 6);"
+        f"create stream si interval(2s) sliding(2s) from st partition by tbname stream_options(fill_history|{options}) "
+        "into si_out as select _twstart, count(*) from %%trows"
+    )
+    stream = load_stream(session.warehouse, "d.si")
+    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
+    in_process = derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+    keys = ("group_values", "event", "wstart", "wend", "row_count", "detail", "group_id", "offset", "id")
+    assert [tuple(t[k] for k in keys) for t in in_spark.triggers] == [
+        tuple(t[k] for k in keys) for t in in_process.triggers
+    ]
+    closed = [
+        (t["group_values"], t["wstart"], t["row_count"]) for t in in_spark.triggers if t["event"] == "WINDOW_CLOSE"
+    ]
+    assert ('["a"]', T, 2) in closed and ('["b"]', T, 1) in closed
+    assert in_spark.states == in_process.states and set(in_spark.states) == {'["a"]', '["b"]'}

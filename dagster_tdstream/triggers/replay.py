@@ -80,6 +80,15 @@ def interval_history(trigger: WindowTrigger, runs: Iterable[tuple[int, int, int]
     event time (less the watermark) closes fires, in order, with its count. Fixed windows with
     WINDOW_CLOSE as the only event; anything else goes through the state machine
     (``fast_interval``). ``tests/test_replay_property.py`` holds the two equal."""
+    closed, state = interval_history_windows(trigger, runs)
+    return [Fired(WINDOW_CLOSE, start, end, rows) for start, end, rows in closed], state
+
+
+def interval_history_windows(
+    trigger: WindowTrigger, runs: Iterable[tuple[int, int, int]]
+) -> tuple[list[tuple[int, int, int]], GroupState]:
+    """``interval_history``'s windows as (start, end, rows), all WINDOW_CLOSE: a history of
+    166,000 windows spent a third of its time here building their ``Fired``."""
     spec = trigger.spec
     assert isinstance(spec, IntervalSpec)
     ordered = sorted(runs)
@@ -94,18 +103,18 @@ def interval_history(trigger: WindowTrigger, runs: Iterable[tuple[int, int, int]
     state.next_close = spec.first_start(ordered[0][0])
     state.max_ts = max(last for _, last, _ in ordered)
     last = spec.last_closed(state.max_ts - trigger.watermark)
-    fired: list[Fired] = []
+    closed: list[tuple[int, int, int]] = []
     if last >= state.next_close:
         if trigger.ignore_nodata:
             starts: Iterable[int] = sorted(start for start in counts if start <= last)
         else:
             starts = spec.between(state.next_close, last)
-        fired = [Fired(WINDOW_CLOSE, start, spec.end(start), counts.pop(start, 0)) for start in starts]
+        closed = [(start, spec.end(start), counts.pop(start, 0)) for start in starts]
         state.next_close = spec.after(last)
     state.counts = counts  # the open windows
     if trigger.max_delay is not None:  # their delay counts from the replay's clock, 0
         state.opened_at = dict.fromkeys(counts, 0)
-    return fired, state
+    return closed, state
 
 
 def fast_interval(trigger: EventTimeTrigger) -> bool:

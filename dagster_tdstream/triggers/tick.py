@@ -262,22 +262,25 @@ def _unexpired(changes: list[RowChange], newest: int | None, expiry: int) -> lis
 def queue_row(fired: Fired, values: list[Any], group_id: int, offset: int, fired_at: int) -> dict[str, Any]:
     """A fired trigger as a queue row (also the shape recalculation hands to a run)."""
     values_json, detail_json = json.dumps(values, default=str), json.dumps(fired.detail, default=str)
-    return queue_record(fired, values_json, detail_json, group_id, offset, fired_at)
+    return queue_record(
+        fired.event, fired.start, fired.end, fired.row_count, values_json, detail_json, group_id, offset, fired_at
+    )
 
 
 def queue_record(
-    fired: Fired, values_json: str, detail_json: str, group_id: int, offset: int, fired_at: int
-) -> dict[str, Any]:
-    """``queue_row`` with the group values and the detail already JSON (bulk paths carry them
-    so from Spark: no decoding and encoding again per trigger)."""
+    event: str, start: int, end: int, row_count: int, values_json: str, detail_json: str, group_id: int,
+    offset: int, fired_at: int,
+) -> dict[str, Any]:  # fmt: skip
+    """``queue_row`` of a fired window, with the group values and the detail already JSON
+    (bulk paths carry them so from Spark: no decoding and encoding again per trigger)."""
     return {
-        "trigger_id": f"{group_id}:{fired.start}",
-        "event": fired.event,
+        "trigger_id": f"{group_id}:{start}",
+        "event": event,
         "group_id": group_id,
         "group_values": values_json,
-        "wstart": fired.start,
-        "wend": fired.end,
-        "row_count": fired.row_count,
+        "wstart": start,
+        "wend": end,
+        "row_count": row_count,
         "detail": detail_json,
         "offset": offset,
         "fired_at": fired_at,
