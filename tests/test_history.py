@@ -482,3 +482,24 @@ def test_bulk_interval_runs_through_the_state_machine_or_in_one_pass_equal_the_r
     ]
     assert ('["a"]', T, 2) in closed and ('["b"]', T, 1) in closed
     assert in_spark.states == in_process.states and set(in_spark.states) == {'["a"]', '["b"]'}
+
+
+def test_bulk_sliding_points_in_the_executors_equal_the_in_process_replay(session: Session, spark: object) -> None:
+    """SLIDING time points replay each group's rows in the executors' Arrow UDF: the same
+    queue rows and states as this process's replay."""
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        f"insert into a values ({T}, 1) ({T + 1500}, 2) ({T + 4100}, 3) ({T + 9000}, 4);"
+        f"insert into b values ({T + 200}, 5) ({T + 6000}, 6);"
+        "create stream sp sliding(2s) from st partition by tbname stream_options(fill_history) "
+        "into sp_out as select _tcurrent_ts, count(*) from st"
+    )
+    stream = load_stream(session.warehouse, "d.sp")
+    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
+    in_process = derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+    keys = ("group_values", "event", "wstart", "wend", "row_count", "detail")
+    assert sorted(tuple(t[k] for k in keys) for t in in_spark.triggers) == sorted(
+        tuple(t[k] for k in keys) for t in in_process.triggers
+    )
+    assert len(in_spark.triggers) >= 4 and in_spark.states == in_process.states

@@ -67,17 +67,31 @@ class Derived:
     states: dict[str, dict[str, Any]]  # group key → final trigger state (checkpoint form), one per group
 
 
-def _output(key: str, fired: list[Fired], state: TriggerState) -> pa.Table:
-    """A group's triggers, then its final state, as the UDF's rows."""
-    out: dict[str, list[Any]] = {"group_key": [], "event": [], "wstart": [], "wend": [], "row_count": [], "detail": []}
-    for f in [*fired, Fired(_STATE, 0, 0, 0, state.to_json())]:
-        out["group_key"].append(key)
-        out["event"].append(f.event)
-        out["wstart"].append(f.start)
-        out["wend"].append(f.end)
-        out["row_count"].append(f.row_count)
-        out["detail"].append(_detail_json(f))
-    return pa.table(out, schema=_ARROW_OUTPUT)
+# a group's windows as (event, start, end, rows, detail as JSON), and the state it leaves
+Windows = list[tuple[str, int, int, int, str]]
+# one group's rows, as the derivation hands them over (rows, runs, islands, marked rows), in;
+# its windows and final state out: run in this process, or wrapped as the executors' UDF
+GroupReplay = Callable[[pa.Table], tuple[Windows, TriggerState]]
+
+
+def _windows(fired: list[Fired]) -> Windows:
+    # most triggers carry no detail: "{}" without encoding it
+    return [
+        (f.event, f.start, f.end, f.row_count, json.dumps(f.detail, default=str) if f.detail else "{}") for f in fired
+    ]
+
+
+def _as_udf(replay_group: GroupReplay, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
+    """The Arrow UDF the executors run: a group's windows, then its final state, as rows."""
+
+    def per_group(data: pa.Table) -> pa.Table:
+        windows, state = replay_group(data)
+        rows = [*windows, (_STATE, 0, 0, 0, json.dumps(state.to_json(), default=str))]
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        key = [_group_key(data, group_columns)] * len(rows)
+        return pa.table([key, *columns], schema=_ARROW_OUTPUT)
+
+    return per_group
 
 
 def group_column_sql(stream: StreamDefinition, source: SourceTable, ctx: TranslationContext) -> list[str]:
@@ -99,29 +113,22 @@ def _group_key(data: pa.Table, group_columns: tuple[str, ...]) -> str:
     return json.dumps(values, default=str)
 
 
-def _interval_derived(
-    warehouse: Warehouse, stream: StreamDefinition, trigger: WindowTrigger, runs: pa.Table, columns: Sequence[str]
+def _derived_here(
+    warehouse: Warehouse, stream: StreamDefinition, data: pa.Table, columns: Sequence[str], replay_group: GroupReplay
 ) -> Derived:
-    """INTERVAL: each group's row runs (``replay.bucket_changes``) in, its triggers and state
-    straight into queue rows and checkpoint states (not through the UDF's rows and back: that
-    round trip was 1.5 s of the derivation's 3.6 s at 166,000 windows)."""
+    """Each group of ``data`` replayed in this process, its windows and state straight into
+    queue rows and checkpoint states (not through the UDF's rows and back: that round trip
+    was 1.5 s of the derivation's 3.6 s at 166,000 INTERVAL windows)."""
     fired_at = time.time_ns()
-    fast = fast_interval(trigger)
     outcomes = []
-    for data in _group_slices(runs, columns):
-        triples = zip(*(data.column(c).to_pylist() for c in ("__first", "__last", "__rows")), strict=True)
-        if fast:  # windows that close with no detail: (event, start, end, rows, detail) built here
-            closed, state = interval_history_windows(trigger, triples)
-            fired = [(WINDOW_CLOSE, start, end, rows, "{}") for start, end, rows in closed]
-        else:
-            replayed, state = replay(trigger, bucket_changes(triples))
-            fired = [(f.event, f.start, f.end, f.row_count, _detail_json(f)) for f in replayed]
-        outcomes.append((_group_key(data, stream.group_columns), fired, state))
+    for part in _group_slices(data, columns) if columns else [data]:
+        windows, state = replay_group(part)
+        outcomes.append((_group_key(part, stream.group_columns), windows, state))
     identities = group_identities(warehouse, stream, [json.loads(key) for key, _, _ in outcomes])
     triggers: list[dict[str, Any]] = []
     states: dict[str, dict[str, Any]] = {}
-    for (key, fired, state), identity in zip(outcomes, identities, strict=True):
-        for event, start, end, rows, detail in fired:
+    for (key, windows, state), identity in zip(outcomes, identities, strict=True):
+        for event, start, end, rows, detail in windows:
             record = queue_record(event, start, end, rows, key, detail, identity, -1, fired_at)
             record["id"] = len(triggers)
             triggers.append(record)
@@ -129,8 +136,19 @@ def _interval_derived(
     return Derived(triggers, states)
 
 
-def _detail_json(fired: Fired) -> str:
-    return json.dumps(fired.detail, default=str) if fired.detail else "{}"  # most have none
+def _interval_runs(trigger: WindowTrigger) -> GroupReplay:
+    """INTERVAL: one group's row runs (``replay.bucket_changes``) in, its windows and state out."""
+    fast = fast_interval(trigger)
+
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
+        runs = zip(*(data.column(c).to_pylist() for c in ("__first", "__last", "__rows")), strict=True)
+        if fast:  # windows that only close, without detail: no Fired built for them
+            closed, state = interval_history_windows(trigger, runs)
+            return [(WINDOW_CLOSE, start, end, rows, "{}") for start, end, rows in closed], state
+        fired, state = replay(trigger, bucket_changes(runs))
+        return _windows(fired), state
+
+    return replay_group
 
 
 def _group_slices(data: pa.Table, columns: Sequence[str]) -> list[pa.Table]:
@@ -143,12 +161,6 @@ def _group_slices(data: pa.Table, columns: Sequence[str]) -> list[pa.Table]:
     spans = indexed.group_by(list(columns), use_threads=False).aggregate([("__row", "min"), ("__row", "count")])
     starts, counts = spans.column("__row_min").to_pylist(), spans.column("__row_count").to_pylist()
     return [data.slice(start, count) for start, count in zip(starts, counts, strict=True)]
-
-
-def _each_group(data: pa.Table, columns: Sequence[str], per_group: Callable[[pa.Table], pa.Table]) -> pa.Table:
-    """``per_group`` over each group's rows of ``data`` in this process, the outputs concatenated."""
-    parts = [per_group(part) for part in _group_slices(data, columns)]
-    return pa.concat_tables(parts) if parts else _no_windows()
 
 
 def time_ordered(data: pa.Table, ts_column: str, read: Sequence[str]) -> tuple[pa.Table, list[RowChange]]:
@@ -166,20 +178,18 @@ def time_ordered(data: pa.Table, ts_column: str, read: Sequence[str]) -> tuple[p
     return data, [RowChange(ts, "insert", values) for ts, values in zip(stamps, records, strict=True)]
 
 
-def _group_windows(
-    trigger: EventTimeTrigger, admission: Admission, primary_key: str, group_columns: tuple[str, ...]
-) -> Callable[[pa.Table], pa.Table]:
-    """The Arrow UDF: one group's rows in, its triggers and final state out."""
+def _group_windows(trigger: EventTimeTrigger, admission: Admission, primary_key: str) -> GroupReplay:
+    """One group's rows in, replayed row by row; its windows and final state out."""
 
     read = sorted(columns_read(trigger, admission))
 
-    def per_group(data: pa.Table) -> pa.Table:
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
         _, changes = time_ordered(data, primary_key, read)
         rows = [change for change in changes if admission.admits(change.ts, change.values)]
         fired, state = replay(trigger, rows)
-        return _output(_group_key(data, group_columns), fired, state)
+        return _windows(fired), state
 
-    return per_group
+    return replay_group
 
 
 _ARROW_OUTPUT = pa.schema(
@@ -209,7 +219,7 @@ def derive_windows(
     trigger = stream_trigger(stream)
     local = _local_windows(warehouse, stream, trigger, version, local_rows)
     if local is not None:
-        return _derived(warehouse, stream, local)
+        return local
     from pyspark.sql import functions as F
 
     admission = stream_admission(stream)
@@ -252,7 +262,7 @@ def derive_windows(
         )
         # a run per (group, window) at most: few enough to replay here, which spares the
         # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
-        return _interval_derived(warehouse, stream, trigger, runs.toArrow(), names)
+        return _derived_here(warehouse, stream, runs.toArrow(), names, _interval_runs(trigger))
     if isinstance(trigger, StateTrigger | SessionTrigger):
         # STATE_WINDOW and SESSION: Spark finds the islands (gaps and islands: rows in one
         # state, rows within the gap of each other); the state machine replays two changes per
@@ -262,30 +272,30 @@ def derive_windows(
             islands = _state_islands(frame, names, table.primary_key, trigger.column)
         else:
             islands = _sessions(frame, names, table.primary_key, trigger.gap)
-        per_group = _group_islands(trigger, stream.group_columns)
+        replay_group = _group_islands(trigger)
         # few islands (a state or session lasting many rows, as they do) are replayed here,
         # sparing the job Spark's Python workers (seconds whatever the size); one changing on
         # nearly every row gives as many islands as rows: replayed on the executors instead
         few = islands.limit(DRIVER_ISLANDS + 1).toArrow()
         if few.num_rows <= DRIVER_ISLANDS:
-            result = _each_group(few, names, per_group)
-        else:
-            result = islands.groupBy(*columns).applyInArrow(per_group, _OUTPUT_SCHEMA).toArrow()
-    elif isinstance(trigger, CountTrigger):
+            return _derived_here(warehouse, stream, few, names, replay_group)
+        udf = _as_udf(replay_group, stream.group_columns)
+        return _derived(warehouse, stream, islands.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow())
+    if isinstance(trigger, CountTrigger):
         # COUNT_WINDOW: windows are row numbers (a table has one row per timestamp, and a
         # COUNT trigger on a super table is partitioned by tbname): Spark numbers the counted
         # rows and picks each window's first and last; the state is the tail
         rows = _count_windows(frame, names, table.primary_key, trigger).toArrow()
-        result = _each_group(rows, names, _group_counts(trigger, stream.group_columns))
-    elif isinstance(trigger, EventTrigger):
+        return _derived_here(warehouse, stream, rows, names, _group_counts(trigger))
+    if isinstance(trigger, EventTrigger):
         # EVENT_WINDOW: the rows that open and close windows, found in one ordered pass
         conditions = [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
         edges = _event_edges(frame.alias("d"), names, table.primary_key, trigger, conditions).toArrow()
-        result = _each_group(edges, names, _group_events(trigger, stream.group_columns))
-    else:  # SLIDING time points: each group replayed row by row in the executors
-        udf = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
-        result = frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow()
-    return _derived(warehouse, stream, result)
+        return _derived_here(warehouse, stream, edges, names, _group_events(trigger))
+    # SLIDING time points: each group replayed row by row in the executors
+    replay_rows = _group_windows(trigger, admission, table.primary_key)  # type: ignore[arg-type]
+    udf = _as_udf(replay_rows, stream.group_columns)
+    return _derived(warehouse, stream, frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow())
 
 
 def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, conditions: list[list[str]]) -> Any:
@@ -337,14 +347,14 @@ def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, 
     return rows.where(F.col("__opens") | F.col("__closes") | (F.col("__ts") == F.col("__newest")))
 
 
-def _group_events(trigger: EventTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
+def _group_events(trigger: EventTrigger) -> GroupReplay:
     """EVENT_WINDOW: one group's opening, closing and newest rows in, its triggers and
     the state the row replay leaves (held to it by ``tests/test_history.py``) out: a window's
     members are the rows from its opening row to its closing one (TRUE_FOR applied), the last
     window open when no row closed it."""
     names = trigger.condition_columns
 
-    def per_group(data: pa.Table) -> pa.Table:
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
         data = data.sort_by("__ts")
         names_read = ("__ts", "__s", "__e", "__opens", "__closes", "__rn", "__previous")
         columns = {c: data.column(c).to_pylist() for c in names_read}
@@ -367,9 +377,9 @@ def _group_events(trigger: EventTrigger, group_columns: tuple[str, ...]) -> Call
                 state.last, state.count = ts, columns["__rn"][i] - opened_rn + 1
             if columns["__closes"][i]:
                 trigger.close(state, fired, {"conditionIndex": columns["__e"][i], "fieldValue": fields})
-        return _output(_group_key(data, group_columns), fired, state)
+        return _windows(fired), state
 
-    return per_group
+    return replay_group
 
 
 def _count_windows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger) -> Any:
@@ -405,12 +415,12 @@ def _count_windows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger
     return marked.where((F.col("__counted") & (starts | ends | tail)) | (F.col("__ts") == F.col("__newest")))
 
 
-def _group_counts(trigger: CountTrigger, group_columns: tuple[str, ...]) -> Callable[[pa.Table], pa.Table]:
+def _group_counts(trigger: CountTrigger) -> GroupReplay:
     """COUNT_WINDOW: one group's marked rows in, its triggers and the state the row replay
     leaves (held to it by ``tests/test_history.py``) out."""
     size, slide, opens = trigger.size, trigger.slide, WINDOW_OPEN in trigger.events
 
-    def per_group(data: pa.Table) -> pa.Table:
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
         names = ("__ts", "__counted", "__rn", "__total", "__newest")
         stamps, counted, numbers, totals, newest = (data.column(c).to_pylist() for c in names)
         at = {rn: stamp for stamp, rn, c in zip(stamps, numbers, counted, strict=True) if c}
@@ -422,9 +432,9 @@ def _group_counts(trigger: CountTrigger, group_columns: tuple[str, ...]) -> Call
             if rn >= size - 1 and (rn - size + 1) % slide == 0:
                 fired.append(Fired(WINDOW_CLOSE, at[rn - size + 1], at[rn], size, {}))
         state = RowState(max_ts=newest[0], counted=total, recent=[at[rn] for rn in sorted(at) if rn >= total - size])
-        return _output(_group_key(data, group_columns), fired, state)
+        return _windows(fired), state
 
-    return per_group
+    return replay_group
 
 
 def _islands(frame: Any, groups: list[str], pk: str, starts: Callable[[str], str], *measures: Any) -> Any:
@@ -475,12 +485,10 @@ def _sessions(frame: Any, groups: list[str], pk: str, gap: int) -> Any:
     return _islands(frame, groups, pk, starts, F.countDistinct(F.col(ts)).alias("__rows"))
 
 
-def _group_islands(
-    trigger: StateTrigger | SessionTrigger, group_columns: tuple[str, ...]
-) -> Callable[[pa.Table], pa.Table]:
-    """STATE_WINDOW or SESSION: one group's islands in, its triggers and state out."""
+def _group_islands(trigger: StateTrigger | SessionTrigger) -> GroupReplay:
+    """STATE_WINDOW or SESSION: one group's islands in, its windows and state out."""
 
-    def per_group(data: pa.Table) -> pa.Table:
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
         first, last, rows = (data.column(c).to_pylist() for c in ("__first", "__last", "__rows"))
         if isinstance(trigger, StateTrigger):
             states = zip(first, last, rows, data.column("__value").to_pylist(), strict=True)
@@ -488,14 +496,14 @@ def _group_islands(
         else:
             changes = session_changes(zip(first, last, rows, strict=True))
         fired, state = replay(trigger, changes)
-        return _output(_group_key(data, group_columns), fired, state)
+        return _windows(fired), state
 
-    return per_group
+    return replay_group
 
 
 def _local_windows(
     warehouse: Warehouse, stream: StreamDefinition, trigger: Any, version: int | None, limit: int
-) -> pa.Table | None:
+) -> Derived | None:
     """A trigger table of at most ``limit`` rows derived in this process, each group
     through the same function the Spark UDF runs (a Spark job with a Python UDF costs
     seconds of scheduling and worker start whatever its size); None for larger tables."""
@@ -506,25 +514,19 @@ def _local_windows(
         return None
     data = warehouse.read_table(table, version) if stored else None
     if data is None or data.num_rows == 0:
-        return _no_windows()
+        return Derived([], {})
     if "tbname" not in data.column_names:
         data = data.append_column("tbname", pa.array([table.name] * data.num_rows, pa.string()))
     admission = stream_admission(stream)
     if admission.history_start is not None:
         data = data.filter(pc.greater_equal(data[table.primary_key], admission.history_start))
-    per_group = _group_windows(trigger, admission, table.primary_key, stream.group_columns)  # type: ignore[arg-type]
+    replay_rows = _group_windows(trigger, admission, table.primary_key)
     columns = list(stream.group_columns)
-    if not columns:
-        return per_group(data)
     if stream.group_exprs:  # a legacy PARTITION BY expression, per row as the trigger task computes it
         records = data.to_pylist()
         for name in stream.group_exprs:
             data = data.append_column(name, pa.array([group_expr_value(stream, name, row) for row in records]))
-    return _each_group(data, columns, per_group)
-
-
-def _no_windows() -> pa.Table:
-    return pa.table({f.name: pa.array([], f.type) for f in _ARROW_OUTPUT}, schema=_ARROW_OUTPUT)
+    return _derived_here(warehouse, stream, data, columns, replay_rows)
 
 
 def _derived(warehouse: Warehouse, stream: StreamDefinition, result: pa.Table) -> Derived:
