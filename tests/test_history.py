@@ -385,6 +385,22 @@ def test_bulk_interval_windows_equal_the_engine_replay(
         assert (T, T + 2000, 3) in [b[2:5] for b in bulk if b[0] == "[1]"]
 
 
+def _derived_both_ways(session: Session, spark: object, stream_key: str) -> tuple[Any, Any]:
+    """One stream's bulk derivation in Spark (whatever the table's size) and in this process."""
+    stream = load_stream(session.warehouse, stream_key)
+    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
+    return in_spark, derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+
+
+# two child tables, rows in and out of order across 2 s windows and time points
+_TWO_TABLES = (
+    "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
+    "create table a using st tags (1); create table b using st tags (2);"
+    f"insert into a values ({T}, 1) ({T + 1500}, 2) ({T + 4100}, 3) ({T + 9000}, 4);"
+    f"insert into b values ({T + 200}, 5) ({T + 6000}, 6);"
+)
+
+
 @pytest.mark.parametrize(
     "trigger",
     [
@@ -410,9 +426,7 @@ def test_bulk_pre_filter_in_spark_equals_the_rows_the_trigger_admits(
         f"create stream sp {trigger} from st partition by tbname "
         "stream_options(fill_history|pre_filter(k = 'x' or s > 2)) into sp_out as select _twstart, count(*) from %%trows"
     )
-    stream = load_stream(session.warehouse, "d.sp")
-    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
-    in_process = derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+    in_spark, in_process = _derived_both_ways(session, spark, "d.sp")
 
     def fired(derived: Any) -> list[tuple[Any, ...]]:
         keys = ("group_values", "event", "wstart", "wend", "row_count", "detail")
@@ -463,16 +477,10 @@ def test_bulk_interval_runs_through_the_state_machine_or_in_one_pass_equal_the_r
     MAX_DELAY's open windows) — and give the queue rows and states of the in-process path,
     which replays each row."""
     session.execute(
-        "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
-        "create table a using st tags (1); create table b using st tags (2);"
-        f"insert into a values ({T}, 1) ({T + 1500}, 2) ({T + 4100}, 3) ({T + 9000}, 4);"
-        f"insert into b values ({T + 200}, 5) ({T + 6000}, 6);"
-        f"create stream si interval(2s) sliding(2s) from st partition by tbname stream_options(fill_history|{options}) "
-        "into si_out as select _twstart, count(*) from %%trows"
+        _TWO_TABLES + f"create stream si interval(2s) sliding(2s) from st partition by tbname "
+        f"stream_options(fill_history|{options}) into si_out as select _twstart, count(*) from %%trows"
     )
-    stream = load_stream(session.warehouse, "d.si")
-    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
-    in_process = derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+    in_spark, in_process = _derived_both_ways(session, spark, "d.si")
     keys = ("group_values", "event", "wstart", "wend", "row_count", "detail", "group_id", "offset", "id")
     assert [tuple(t[k] for k in keys) for t in in_spark.triggers] == [
         tuple(t[k] for k in keys) for t in in_process.triggers
@@ -488,16 +496,10 @@ def test_bulk_sliding_points_in_the_executors_equal_the_in_process_replay(sessio
     """SLIDING time points replay each group's rows in the executors' Arrow UDF: the same
     queue rows and states as this process's replay."""
     session.execute(
-        "create database d; use d; create stable st (ts timestamp, s int) tags (g int);"
-        "create table a using st tags (1); create table b using st tags (2);"
-        f"insert into a values ({T}, 1) ({T + 1500}, 2) ({T + 4100}, 3) ({T + 9000}, 4);"
-        f"insert into b values ({T + 200}, 5) ({T + 6000}, 6);"
-        "create stream sp sliding(2s) from st partition by tbname stream_options(fill_history) "
+        _TWO_TABLES + "create stream sp sliding(2s) from st partition by tbname stream_options(fill_history) "
         "into sp_out as select _tcurrent_ts, count(*) from st"
     )
-    stream = load_stream(session.warehouse, "d.sp")
-    in_spark = derive_windows(spark, session.warehouse, stream, local_rows=0)
-    in_process = derive_windows(spark, session.warehouse, stream, local_rows=LOCAL_ROWS)
+    in_spark, in_process = _derived_both_ways(session, spark, "d.sp")
     keys = ("group_values", "event", "wstart", "wend", "row_count", "detail")
     assert sorted(tuple(t[k] for k in keys) for t in in_spark.triggers) == sorted(
         tuple(t[k] for k in keys) for t in in_process.triggers
