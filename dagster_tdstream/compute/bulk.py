@@ -45,7 +45,7 @@ from ..triggers.replay import (
     bucket_changes,
     columns_read,
     fast_interval,
-    interval_history_windows,
+    interval_history,
     island_changes,
     replay,
     session_changes,
@@ -143,7 +143,7 @@ def _interval_runs(trigger: WindowTrigger) -> GroupReplay:
     def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
         runs = zip(*(data.column(c).to_pylist() for c in ("__first", "__last", "__rows")), strict=True)
         if fast:  # windows that only close, without detail: no Fired built for them
-            closed, state = interval_history_windows(trigger, runs)
+            closed, state = interval_history(trigger, runs)
             return [(WINDOW_CLOSE, start, end, rows, "{}") for start, end, rows in closed], state
         fired, state = replay(trigger, bucket_changes(runs))
         return _windows(fired), state
