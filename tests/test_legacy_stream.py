@@ -62,6 +62,25 @@ def test_legacy_statement_is_the_equivalent_3_3_7_stream() -> None:
 
 
 @pytest.mark.parametrize(
+    ("items", "added"),
+    [
+        ("ca, _wstart, _wend, count(*)", "ts"),  # TDengine's basic3.sim: _wstart is taken
+        ("count(*), max(ca)", "_wstart"),
+        ("_wend ts, _wstart, count(*)", "ts_1"),  # both taken: TDengine's random name, here ts_1
+    ],
+)
+def test_legacy_window_start_put_first_is_named_wstart_then_ts(items: str, added: str) -> None:
+    """TDengine puts ``_wstart`` first when the query does not, naming it ``_wstart`` if no
+    other column has that name, else ``ts``."""
+    legacy = parse_statement(f"create stream s into o as select {items} from st partition by ca interval(60m)")
+    assert isinstance(legacy, ast.CreateLegacyStream)
+    stream = equivalent_stream(legacy, "ts", {})
+    first = stream.query.items[0]  # type: ignore[union-attr]
+    assert (first.expr, first.alias) == (ast.Column("_twstart"), added)
+    assert len(stream.query.items) == len(items.split(", ")) + 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
     ("statement", "message"),
     [
         ("create stream s into o as select _wstart, count(*) c, count(*) c from t1 interval(10s)", "duplicate output column name 'c'"),

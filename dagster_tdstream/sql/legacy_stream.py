@@ -425,12 +425,12 @@ def equivalent_stream(
     first = query.items[0].expr if query.items else None
     prepended = not (isinstance(first, ast.Column) and first.name.lower() in ("_wstart", timestamp_column.lower()))
     if prepended:
-        # the legacy engine puts the window start first when the query does not
+        # the legacy engine puts the window start first when the query does not, named
+        # ``_wstart`` or else ``ts`` (TDengine then tries a random name; here ts_1, ts_2, …)
         taken = {(item.alias or item.text).lower() for item in items}
-        items = (
-            ast.SelectItem(ast.Column("_twstart"), "_wstart" if "_wstart" not in taken else "_twstart", "_wstart"),
-            *items,
-        )
+        fallbacks = (f"ts_{n}" for n in range(1, len(taken) + 2))
+        name = next(n for n in ("_wstart", "ts", *fallbacks) if n not in taken)
+        items = (ast.SelectItem(ast.Column("_twstart"), name, "_wstart"), *items)
     stream_query = ast.Select(
         items=items,
         source=ast.PlaceholderSource(ast.Placeholder("trows")),
