@@ -741,3 +741,80 @@ def test_keep_column_name_names_first_and_last_by_their_column_in_queries_and_st
     assert output(session, "select n, a, b from out") == [(3, 1, 9)]
     with pytest.raises(TDStreamError, match="keepColumnName is 0 or 1, got '2'"):
         session.execute("alter local 'keepColumnName' '2'")
+
+
+def test_legacy_stream_into_an_existing_super_table_maps_columns_and_tags_by_name(
+    session: Session, harness: StreamHarness
+) -> None:
+    """TDengine's checkStreamSTable.sim: a column list names some columns of an existing super
+    table in any order (the others stay NULL, BIGINT counts convert to INT), TAGS names its tags
+    in any order with their types taken from the table, a SUBTABLE that gives NULL falls back to
+    the default child name, and a text tag value written into an integer tag converts as
+    TDengine's sink converts it ('t1' is 0)."""
+    session.execute(
+        "create database res; create database src; use src;"
+        "create stable st (ts timestamp, a int, b int, c int) tags (ta int, tb int, tc int);"
+        "create table t1 using st tags (1, 2, 3); create table t2 using st tags (4, 5, 6);"
+        "create table res.cols (ts timestamp, a int, b int, c int, d int) tags (ta int, tb int, tc int);"
+        "create table res.tagged (ts timestamp, a int, b int, c int, d int) tags (tg1 int, tg2 int, tg3 int);"
+        "create table res.nulls (ts timestamp, a int, b int, c int, d int) tags (tg1 int, tg2 int, tg3 int);"
+        "create table plain (ts timestamp, a int);"
+        "create stream s1 trigger at_once into res.cols (ts, c, a, b) as"
+        " select _wstart, count(*) c1, max(a), min(b) c2 from st interval(10s);"
+        "create stream s2 trigger at_once into res.tagged (ts, c, a, b) tags (tg2, tg3, tg1)"
+        " subtable(concat('tbl-', cast(tg1 as varchar(10)))) as select _wstart, count(*) c1, max(a), min(b) c2"
+        " from st partition by ta + 1 as tg1, cast(tb as bigint) as tg2, tc as tg3 interval(10s);"
+        "create stream s3 trigger at_once into res.nulls (ts, c, a, b) tags (tg2, tg3, tg1)"
+        " subtable(concat('tbl-', cast(tg3 as varchar(10)))) as select _wstart, count(*) c1, max(a), min(b) c2"
+        " from st partition by ta + 1 as tg1, cast(tb as bigint) as tg2, a as tg3 session(ts, 10s);"
+        "create stream s4 trigger at_once into p8 as select _wstart ts, count(*) c1, count(a) c2, count(a) c3"
+        " from plain partition by tbname interval(10s);"
+        "drop stream s4;"
+        "create stream s5 trigger at_once into p8 (ts, c2) tags (group_id) as select _wstart, count(*)"
+        " from plain partition by tbname as group_id interval(10s);"
+    )
+    session.execute(f"insert into t1 values ({T0}, 10, 20, 30) t2 values ({T0}, 40, 50, 60) plain values ({T0}, 1)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from res.cols") == [(T0 - 3000, 40, 20, 2, None, None, None, None)]
+    assert output(session, "select * from res.tagged order by tg1") == [
+        (T0 - 3000, 10, 20, 1, None, 2, 2, 3), (T0 - 3000, 40, 50, 1, None, 5, 5, 6),
+    ]  # fmt: skip
+    names = [r[0] for r in output(session, "select tbname from res.tagged order by tg1")]
+    # (ta + 1 is a DOUBLE, as TDengine's arithmetic gives: its text is the engine's)
+    assert [re.match(r"tbl-([25])\S*_tagged_[0-9]{15,}$", n).group(1) for n in names] == ["2", "5"], names  # type: ignore[union-attr]
+    session.execute(f"insert into t1 values ({T0 + 60_000}, NULL, NULL, NULL)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, f"select * from res.nulls where ts = {T0 + 60_000}") == [
+        (T0 + 60_000, None, None, 1, None, 2, 2, None)
+    ]
+    named = dict(output(session, "select tg3, tbname from res.nulls"))
+    assert named[10].startswith("tbl-10_nulls_") and named[None].startswith("t_")
+    assert output(session, "select * from p8") == [(T0 - 3000, None, 1, None, 0)]
+
+
+@pytest.mark.parametrize(
+    ("into", "message"),
+    [
+        ("res.cols (ts, c, e, b)", "the column list names e: not a column of res.cols (ts, a, b, c, d)"),
+        ("res.cols (a, c, d, b)", "the first output column writes the primary key ts of res.cols, not a"),
+        ("res.cols (ts, c, a)", "the column list names 3 columns, the query returns 4"),
+        ("res.cols", "the existing output table res.cols has 5 columns, the query returns 4: name the table's"),
+        ("res.cols (ts, c, a, b) tags (tx)", "TAGS names tx: the tags of the existing table res.cols are ta, tb, tc"),
+        ("res.texts (ts, v, a, b)", "column v is VARCHAR(8), the query gives BIGINT, which does not convert to it"),
+    ],
+)
+def test_legacy_stream_into_an_existing_super_table_is_checked_against_it(
+    sql_session: Session, into: str, message: str
+) -> None:
+    sql_session.execute(
+        "create database res; create database src; use src;"
+        "create stable st (ts timestamp, a int, b int, c int) tags (ta int, tb int, tc int);"
+        "create table res.cols (ts timestamp, a int, b int, c int, d int) tags (ta int, tb int, tc int);"
+        "create table res.texts (ts timestamp, v varchar(8), a int, b int) tags (ta int, tb int, tc int);"
+    )
+    assert_rejected(
+        sql_session,
+        f"create stream s trigger at_once into {into} as select _wstart, count(*) c1, max(a), min(b) c2"
+        " from st partition by ta as tx, tb, tc interval(10s)",
+        message,
+    )

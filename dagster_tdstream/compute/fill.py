@@ -28,7 +28,7 @@ from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
-from .output import Group, child_table_name, group_of
+from .output import Group, child_table_name, group_of, written_columns
 
 
 def fill_windows(
@@ -195,7 +195,7 @@ def _neighbours(
     group_of_child = {
         (child_table_name(stream, group) if info.kind != "normal" else info.name): group for group in per_group
     }
-    names = [c.name for c in info.columns][:width]
+    names = [c.name for c in written_columns(stream, info)][:width]
     # only the batch's groups' rows, and only the columns a row of the result has
     super_table = info.kind != "normal"
     data = warehouse.delta.read(

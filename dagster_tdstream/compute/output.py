@@ -26,7 +26,7 @@ from ..sql.translate import OutputColumn
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.streamcheck import columns_for_types, infer_result_type
-from ..storage.types import arrow_schema, coerce, coerce_array
+from ..storage.types import INTEGER_TYPES, arrow_schema, arrow_type, coerce, coerce_array
 from ..storage.warehouse import Warehouse, WriteBatch
 
 TBNAME_TAG = ast.ColumnDef("tag_tbname", ast.DataType("VARCHAR", 270))
@@ -214,30 +214,69 @@ def evaluate_group_expr(expr: ast.Expr, stream: StreamDefinition, group: Group) 
 def child_table_name(stream: StreamDefinition, group: Group) -> str:
     if stream.stmt.output_subtable is not None:
         name = evaluate_group_expr(stream.stmt.output_subtable, stream, group)
+        legacy = stream.stmt.option(ast.LEGACY_OUTPUT) is not None
+        if (name is None or str(name) == "") and legacy:
+            return _default_child_name(stream, group)  # TDengine's legacy sink: the name without SUBTABLE
         if name is None or str(name) == "":
             raise QueryError(f"OUTPUT_SUBTABLE of stream {stream.key} gave an empty name for group {group.values}")
         name = str(name).lower()
-        legacy = stream.stmt.option(ast.LEGACY_OUTPUT) is not None
         if legacy and stream.group_columns and stream.output is not None and not _GROUP_ID_SUFFIX.search(name):
             # TDengine ≥ 3.2.3: the group id keeps partitions apart that SUBTABLE names alike
             name = f"{name}_{stream.output[1]}_{group.group_id}"
         return name[:192]
+    return _default_child_name(stream, group)
+
+
+def _default_child_name(stream: StreamDefinition, group: Group) -> str:
     digest = hashlib.md5(f"{stream.key}:{group.group_id}".encode()).hexdigest()
     return f"t_{digest}"
 
 
 def tag_values(stream: StreamDefinition, group: Group, tags: tuple[ast.ColumnDef, ...]) -> dict[str, Any]:
+    legacy = stream.stmt.option(ast.LEGACY_OUTPUT) is not None
+    if stream.stmt.tags and legacy:
+        # a legacy stream into an existing super table may name some of its tags: the others
+        # stay NULL, and the values convert to the table's types
+        given = {tag.name.lower(): evaluate_group_expr(tag.expr, stream, group) for tag in stream.stmt.tags}
+        return {tag.name: _converted(given.get(tag.name), tag.type, tag.name) for tag in tags}
     if stream.stmt.tags:
         return {
             tag.name.lower(): coerce(evaluate_group_expr(tag.expr, stream, group), tag.type, tag.name)
             for tag in stream.stmt.tags
         }
-    legacy = stream.stmt.option(ast.LEGACY_OUTPUT) is not None
     if tags == (GROUP_ID_TAG,) and legacy:
         return {GROUP_ID_TAG.name: group.group_id if stream.group_columns else 0}
     if legacy and not stream.group_columns:  # an existing super table's tags: the one group has none
         return {tag.name: None for tag in tags}
     return {tag.name: value for tag, value in zip(tags, group.values, strict=True)}
+
+
+def written_columns(stream: StreamDefinition, info: TableInfo) -> list[ast.ColumnDef]:
+    """The output table's column each query column writes: the first the primary key, the
+    others named by the column list where the stream has one (a legacy stream into an
+    existing super table may name some of its columns, in any order), else by position."""
+    if not stream.stmt.columns:
+        return list(info.columns)
+    by_name = {c.name: c for c in info.columns}
+    return [info.columns[0], *(by_name[name.lower()] for name in stream.stmt.columns[1:])]
+
+
+_TEXT_TYPES = ("VARCHAR", "BINARY", "NCHAR")
+# the leading number of a text, as C's strtod reads it
+_LEADING_NUMBER = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _converted(value: Any, dtype: ast.DataType, name: str) -> Any:
+    """A tag value converted to the output table's type as TDengine's sink converts it,
+    whatever it is: a text to a number by its leading digits (``'t1'`` is 0), a number to
+    its text."""
+    if isinstance(value, str) and dtype.name in (*INTEGER_TYPES, "TIMESTAMP", "FLOAT", "DOUBLE"):
+        match = _LEADING_NUMBER.match(value)
+        number = float(match.group(0)) if match else 0.0
+        value = number if dtype.name in ("FLOAT", "DOUBLE") else int(number)
+    elif value is not None and not isinstance(value, str) and dtype.name in _TEXT_TYPES:
+        value = str(value)
+    return coerce(value, dtype, name, computed=True)
 
 
 @dataclass(frozen=True)
@@ -274,13 +313,16 @@ def write_results(
         info = _create_output(warehouse, stream, columns, data, source_types)
     kept = pc.is_valid(data.column(0))  # TDengine drops a result whose primary key is NULL
     data = data.filter(kept)
-    arrays = []
-    for column, definition, values in zip(columns, info.columns, data.columns, strict=True):
+    written = {}
+    for column, definition, values in zip(columns, written_columns(stream, info), data.columns, strict=True):
         if column.is_timestamp and pa.types.is_floating(values.type):
             values = pc.trunc(values)  # a computed time is an integer count of the precision
         elif column.is_timestamp and pa.types.is_decimal(values.type):
             values = values.cast(pa.int64(), safe=False)
-        arrays.append(coerce_array(values, definition.type, definition.name, computed=True))
+        written[definition.name] = coerce_array(values, definition.type, definition.name, computed=True)
+    arrays = [
+        written[c.name] if c.name in written else pa.nulls(data.num_rows, arrow_type(c.type)) for c in info.columns
+    ]
     rows = pa.table(arrays, schema=arrow_schema(info.columns, with_tbname=False))
     row_groups = [groups[tid] for tid in result.column("__tid").filter(kept).to_pylist()]
     child_of_group = {  # a batch's triggers share few groups: each named once

@@ -375,13 +375,27 @@ def _validate_fill(stmt: ast.CreateLegacyStream, fill: ast.Fill) -> None:
         raise _error(stmt, f"FILL(VALUE, …) needs {filled} value(s), one per filled column; got {len(fill.values)}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Types:
+    """What the mapping knows of the tables' types: the source's columns and tags, and the
+    tags of the existing super table the stream writes (empty if it creates its own)."""
+
+    columns: Mapping[str, ast.DataType]
+    output_tags: Mapping[str, ast.DataType]
+
+
 def equivalent_stream(
-    stmt: ast.CreateLegacyStream, timestamp_column: str, column_types: Mapping[str, ast.DataType]
+    stmt: ast.CreateLegacyStream,
+    timestamp_column: str,
+    column_types: Mapping[str, ast.DataType],
+    output_tag_types: Mapping[str, ast.DataType] | None = None,
 ) -> ast.CreateStream:
     """The 3.3.7 stream the legacy statement is (see the module docstring). ``column_types``:
-    the source's columns and tags by lower-case name, the types of tags TAGS names without one."""
+    the source's columns and tags by lower-case name, the types of tags TAGS names without one;
+    ``output_tag_types``: the tags of the existing super table it writes, which those take first."""
+    types = _Types(column_types, output_tag_types or {})
     if is_interp_query(stmt.query):
-        return _interp_equivalent(stmt, column_types)
+        return _interp_equivalent(stmt, types)
     query = stmt.query
     # without a window each row is its own window: COUNT_WINDOW(1) writes it as it arrives
     window = query.window or ast.CountWindow(1)
@@ -438,10 +452,10 @@ def equivalent_stream(
         text=query.text,
         pos=query.pos,
     )
-    return _stream(stmt, _trigger(window), options, stream_query, column_types, prepended)
+    return _stream(stmt, _trigger(window), options, stream_query, types, prepended)
 
 
-def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, ast.DataType]) -> ast.CreateStream:
+def _interp_equivalent(stmt: ast.CreateLegacyStream, types: _Types) -> ast.CreateStream:
     """An INTERP stream is a stream of points in time. At AT_ONCE it is a SLIDING(every)
     stream: a point fires when a row at or after it is written (the row there, or the rows
     around it, are then known). At FORCE_WINDOW_CLOSE it is a PERIOD(every) stream: a point
@@ -469,7 +483,7 @@ def _interp_equivalent(stmt: ast.CreateLegacyStream, column_types: Mapping[str, 
         interp=ast.Interp(fill=clause.fill, trigger_point="_tlocaltime" if clock else "_tcurrent_ts", pos=clause.pos),
     )
     trigger = ast.PeriodTrigger(clause.every) if clock else ast.SlidingTrigger(sliding=clause.every)
-    return _stream(stmt, trigger, options, stream_query, column_types, prepended)
+    return _stream(stmt, trigger, options, stream_query, types, prepended)
 
 
 def _stream(
@@ -477,7 +491,7 @@ def _stream(
     trigger: ast.Trigger,
     options: list[ast.StreamOption],
     query: ast.Select,
-    column_types: Mapping[str, ast.DataType],
+    types: _Types,
     prepended: bool,
 ) -> ast.CreateStream:
     """The 3.3.7 statement: the legacy one's source, partitions, output and notification with
@@ -498,7 +512,7 @@ def _stream(
         output_subtable=_placeholders(stmt, stmt.subtable) if stmt.subtable is not None else None,
         columns=columns,
         composite_key=composite_key,
-        tags=_output_tags(stmt, column_types),
+        tags=_output_tags(stmt, types),
         query=query,
         pos=stmt.pos,
         text=stmt.text,
@@ -520,11 +534,11 @@ def _output_columns(stmt: ast.CreateLegacyStream, prepended: bool, timestamp: st
     return columns, key is not None
 
 
-def _output_tags(stmt: ast.CreateLegacyStream, column_types: Mapping[str, ast.DataType]) -> tuple[ast.OutputTag, ...]:
+def _output_tags(stmt: ast.CreateLegacyStream, types: _Types) -> tuple[ast.OutputTag, ...]:
     tags = []
     for i, tag in enumerate(stmt.tags):
         value = _partition_value(stmt, i, tag.name)
-        dtype = tag.type or _partition_type(stmt, value, column_types)
+        dtype = tag.type or types.output_tags.get(tag.name.lower()) or _partition_type(stmt, value, types.columns)
         tags.append(ast.OutputTag(tag.name, dtype, value, tag.comment))
     return tuple(tags)
 

@@ -133,8 +133,19 @@ def resolve_stream(warehouse: Warehouse, info: StreamInfo) -> StreamDefinition:
         types = {}
         if trigger_table is not None:
             types = {c.name.lower(): c.type for c in (*trigger_table.columns, *trigger_table.tags)}
-        stmt, family = legacy_equivalent(written, key, types), "legacy_stream"
+        stmt, family = legacy_equivalent(written, key, types, _existing_tags(warehouse, info, written)), "legacy_stream"
     return StreamDefinition(info, stmt, trigger_table, precision, missing, family)
+
+
+def _existing_tags(warehouse: Warehouse, info: StreamInfo, written: ast.CreateLegacyStream) -> dict[str, ast.DataType]:
+    """The tags of the super table a legacy stream writes, if it exists: TAGS may name them
+    without types."""
+    into = written.into
+    into_db = ((into.db if into is not None else None) or info.db).lower()
+    if into is None or warehouse.catalog.get_database(into_db) is None:
+        return {}
+    output = warehouse.find_table(into_db, into.name.lower())
+    return {t.name: t.type for t in output.tags} if output is not None else {}
 
 
 def tsma_root(warehouse: Warehouse, info: StreamInfo) -> tuple[ast.CreateTsma, list[ast.CreateTsma]]:

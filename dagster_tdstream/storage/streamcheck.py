@@ -309,6 +309,9 @@ def _check_output_table(
             f"({', '.join(c.name for c in existing.columns)})",
             stmt.into,
         )
+    if legacy:
+        _check_legacy_mapping(stmt, existing, label, outputs)
+        return
     if stmt.columns and [c.lower() for c in stmt.columns] != [c.name for c in existing.columns][: len(stmt.columns)]:
         raise _fail(
             f"the output column list does not match the existing table {label} "
@@ -324,10 +327,6 @@ def _check_output_table(
                     f"({', '.join(t.name for t in existing.tags)})",
                     stmt.into,
                 )
-        elif legacy and [t.name for t in existing.tags] == ["group_id"]:
-            pass  # written by a legacy stream before: tagged with the group id
-        elif legacy and not stmt.partition_by:
-            pass  # TDengine writes the stream's one group into it, its tags NULL
         elif len(stmt.partition_by) != len(existing.tags):
             raise _fail(
                 f"without TAGS the output tags are the {len(stmt.partition_by)} PARTITION BY column(s), but the "
@@ -347,6 +346,73 @@ def _check_output_table(
                 stmt.into,
             )
     del lookup
+
+
+def _check_legacy_mapping(
+    stmt: ast.CreateStream, existing: TableInfo, label: str, outputs: list[ast.DataType | None]
+) -> None:
+    """A legacy stream into an existing super table (TDengine's "写入已存在的超级表"): a column
+    list maps the query's columns to some of the table's, in any order (the others stay NULL);
+    without one the counts match and columns map by position. TAGS names some of its tags,
+    else the PARTITION BY columns are its tags by position. Types are converted on write."""
+    names = [c.name for c in existing.columns]
+    if stmt.columns:
+        listed = [c.lower() for c in stmt.columns]
+        if len(listed) != len(outputs):
+            raise _fail(f"the column list names {len(listed)} columns, the query returns {len(outputs)}", stmt.into)
+        # the first query column (the window start, put first by the engine if not written)
+        # writes the primary key: its list entry is the key or the name the engine gave it
+        if listed[0] != names[0] and listed[0] in names:
+            raise _fail(
+                f"the first output column writes the primary key {names[0]} of {label}, not {listed[0]}", stmt.into
+            )
+        unknown = [n for n in listed[1:] if n not in names[1:]]  # (the parser refuses a name twice)
+        if unknown:
+            raise _fail(
+                f"the column list names {', '.join(unknown)}: not a column of {label} ({', '.join(names)})", stmt.into
+            )
+        targets = [existing.columns[0], *(existing.columns[names.index(n)] for n in listed[1:])]
+    elif len(names) != len(outputs):
+        raise _fail(
+            f"the existing output table {label} has {len(names)} columns, the query returns {len(outputs)}: "
+            "name the table's columns the query writes after INTO",
+            stmt.into,
+        )
+    else:
+        targets = list(existing.columns)
+    for col, inferred in zip(targets, outputs, strict=True):
+        if inferred is not None and _family(inferred) != _family(col.type):
+            raise _fail(
+                f"the existing output table {label} does not match: column {col.name} is {col.type}, "
+                f"the query gives {inferred}, which does not convert to it",
+                stmt.into,
+            )
+    if existing.kind != "super":
+        return
+    tags = [t.name for t in existing.tags]
+    if stmt.tags:
+        given = [t.name.lower() for t in stmt.tags]
+        unknown = [n for n in given if n not in tags]
+        if unknown:
+            raise _fail(
+                f"TAGS names {', '.join(unknown)}: the tags of the existing table {label} are {', '.join(tags)}",
+                stmt.into,
+            )
+    elif tags != ["group_id"] and stmt.partition_by and len(stmt.partition_by) != len(tags):
+        # (a group_id tag: written by a legacy stream before; no PARTITION BY: one group, tags NULL)
+        raise _fail(
+            f"without TAGS the output tags are the {len(stmt.partition_by)} PARTITION BY column(s), but the "
+            f"existing table {label} has {len(tags)} tag(s): name the tags after TAGS",
+            stmt.into,
+        )
+
+
+def _family(dtype: ast.DataType) -> str:
+    """What a legacy stream's write converts between: numbers, booleans and timestamps into
+    each other, strings into strings; the other types only into themselves."""
+    if dtype.name in ("VARCHAR", "BINARY", "NCHAR"):
+        return "text"
+    return dtype.name if dtype.name in ("VARBINARY", "GEOMETRY", "JSON", "DECIMAL") else "number"
 
 
 def _table_sources(query: ast.Select | None) -> list[ast.QualifiedName]:
