@@ -39,10 +39,14 @@ STREAMS = {
     "state_window": "state_window(phase)",
     "count_window": "count_window(600)",
     "event_window": "event_window(start with phase = 0 end with phase = 1)",
+    "session": "session(ts, 30s)",
 }
+# SESSION's data has a silence of a minute after every 600 rows of a table (the others have
+# none, so their windows stay comparable with earlier runs): sessions of 600 rows
+SESSION_GAP_MS = 60_000
 
 
-def load(warehouse: Warehouse, rows: int, tables: int) -> None:
+def load(warehouse: Warehouse, rows: int, tables: int, gaps: bool = False) -> None:
     session = Session(warehouse, timezone="UTC")
     session.execute(
         "create database bench; use bench;"
@@ -53,6 +57,8 @@ def load(warehouse: Warehouse, rows: int, tables: int) -> None:
     warehouse.create_child_tables(children)
     per_table = rows // tables
     rng = np.random.default_rng(7)
+    steps = np.arange(per_table, dtype=np.int64)
+    offsets = steps * 1000 + (steps // 600 * SESSION_GAP_MS if gaps else 0)
     batch_tables = max(1, 1_000_000 // per_table)
     for first in range(0, tables, batch_tables):
         names = [f"d{i}" for i in range(first, min(tables, first + batch_tables))]
@@ -60,7 +66,7 @@ def load(warehouse: Warehouse, rows: int, tables: int) -> None:
         data = pa.table(
             {
                 "tbname": pa.array(np.repeat(names, per_table)),
-                "ts": pa.array(np.tile(START + np.arange(per_table, dtype=np.int64) * 1000, len(names))),
+                "ts": pa.array(np.tile(START + offsets, len(names))),
                 "current": pa.array(rng.random(n, dtype=np.float32) * 20),
                 "voltage": pa.array(rng.integers(200, 240, n, dtype=np.int32)),
                 # a phase that changes every 5 to 15 minutes: state windows of a few hundred rows
@@ -73,7 +79,7 @@ def load(warehouse: Warehouse, rows: int, tables: int) -> None:
 def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
     warehouse = Warehouse(str(root / "warehouse"))
     started = time.perf_counter()
-    load(warehouse, rows, tables)
+    load(warehouse, rows, tables, gaps=kind == "session")
     loaded = time.perf_counter() - started
     session = Session(warehouse, timezone="UTC")
     session.execute(
@@ -111,6 +117,13 @@ def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
             "  SELECT *, coalesce(sum(CASE WHEN phase = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY tbname ORDER BY ts"
             "  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS seg FROM meters_raw))"
             " WHERE ts >= opened GROUP BY tbname, seg"
+        )
+    elif kind == "session":  # gaps-and-islands: a new window after a silence longer than the gap
+        sql = (
+            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
+            " SELECT *, sum(gap) OVER (PARTITION BY tbname ORDER BY ts) AS session FROM ("
+            "  SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY tbname ORDER BY ts) <= 30000 THEN 0 ELSE 1 END"
+            "  AS gap FROM meters_raw)) GROUP BY tbname, session"
         )
     else:  # gaps-and-islands: a new window where the phase changes
         sql = (
