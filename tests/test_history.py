@@ -213,6 +213,26 @@ def test_bulk_sessions_equal_the_engine_replay(
     ]  # fmt: skip
 
 
+@ISLAND_PATHS
+def test_bulk_sessions_of_one_table_per_group_equal_the_engine_replay(
+    session: Session, spark: object, local_rows: int, driver_islands: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SESSION in bulk partitioned by tbname: each group is one table, whose rows are counted
+    without a distinct count, the same as the row replay."""
+    monkeypatch.setattr(bulk_module, "DRIVER_ISLANDS", driver_islands)
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (1);"
+        f"insert into a values ({T}, 1) ({T + 2000}, 1) ({T + 4000}, 1) ({T + 10000}, 1) ({T + 30000}, 1);"
+        f"insert into b values ({T + 2000}, 2) ({T + 5000}, 2) ({T + 20000}, 2);"
+        "create stream ss session(ts, 3s) from st partition by tbname stream_options(fill_history) "
+        "into ss_out as select _twstart, count(*) from %%trows"
+    )
+    bulk, _ = _bulk_as_replayed(session, spark, "d.ss", "tbname", [], local_rows=local_rows)
+    # by hand: a's T..T+4s (3 rows) and T+10s close, T+30s open; b's T+2s..T+5s closes, T+20s open
+    assert sorted(b[2:5] for b in bulk) == [(T, T + 4000, 3), (T + 2000, T + 5000, 2), (T + 10000, T + 10000, 1)]
+
+
 @pytest.mark.parametrize(
     ("window", "events"),
     [

@@ -277,7 +277,10 @@ def derive_windows(
             # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
             islands = _state_islands(frame, names, table.primary_key, trigger.column)
         else:
-            islands = _sessions(frame, names, table.primary_key, trigger.gap)
+            # a group of one table (grouped by tbname, or not a super table) has one row per
+            # timestamp: its rows need no distinct count
+            one_table = table.kind != "super" or "tbname" in stream.group_columns
+            islands = _sessions(frame, names, table.primary_key, trigger.gap, distinct=not one_table)
         replay_group = _group_islands(trigger)
         # few islands (a state or session lasting many rows, as they do) are replayed here,
         # sparing the job Spark's Python workers (seconds whatever the size); one changing on
@@ -476,11 +479,12 @@ def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
     return _islands(frame, groups, pk, starts, rows, value)
 
 
-def _sessions(frame: Any, groups: list[str], pk: str, gap: int) -> Any:
+def _sessions(frame: Any, groups: list[str], pk: str, gap: int, *, distinct: bool) -> Any:
     """SESSION's islands: maximal runs of rows each within ``gap`` of the one before, as
     (first, last, distinct timestamps: a timestamp several child tables of the group share
     counts once, as in the trigger). A session starts where the time since the row before
-    exceeds the gap."""
+    exceeds the gap. ``distinct``: whether the group's rows can share a timestamp (a distinct
+    count is an aggregation of its own in Spark: it doubled the derivation's time)."""
     from pyspark.sql import functions as F
 
     ts = f"`{pk}`"
@@ -488,7 +492,8 @@ def _sessions(frame: Any, groups: list[str], pk: str, gap: int) -> Any:
     def starts(over: str) -> str:
         return f"CASE WHEN coalesce({ts} - lag({ts}) {over}), {gap} + 1) > {gap} THEN 1 ELSE 0 END"
 
-    return _islands(frame, groups, pk, starts, F.countDistinct(F.col(ts)).alias("__rows"))
+    rows = F.countDistinct(F.col(ts)) if distinct else F.count(F.lit(1))
+    return _islands(frame, groups, pk, starts, rows.alias("__rows"))
 
 
 def _group_islands(trigger: StateTrigger | SessionTrigger) -> GroupReplay:
