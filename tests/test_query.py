@@ -271,6 +271,12 @@ def test_selector_companions_and_tags_beside_aggregates(session: Session) -> Non
     ]
     assert rows("select _wstart, _wend, max(v), ts from a interval(2s)") == [(0, 2000, 9, 1000), (2000, 4000, 3, 2000)]
     assert rows("select tbname, loc, avg(v) from st partition by tbname") == [("a", "x", 17 / 3), ("b", "y", 1.5)]
+    # an expression of columns is a companion too: computed on the selector's row
+    assert rows("select max(v), w + v, abs(w - 100) from a") == [(9, 99, 10)]
+    assert rows("select tbname, loc, min(v), concat(loc, '-', cast(w as varchar(8))) from st partition by tbname") == [
+        ("a", "x", 3, None),  # the minimum's row has no w
+        ("b", "y", 1, "y-10"),
+    ]
 
 
 def test_slimit_soffset_and_partition_by_without_aggregates(session: Session) -> None:

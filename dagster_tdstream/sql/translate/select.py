@@ -256,16 +256,14 @@ def _with_companions(
     select: ast.Select, items: list[tuple[str, str, OutputColumn]], group_keys: list[str], render: Renderer
 ) -> list[tuple[str, str, OutputColumn]]:
     """TDengine's selector companions: beside a single max/min/first/last/last_row, a plain
-    column takes its value from the row the selector picked (``select max(v), ts from t`` is
-    the time of the maximum). Columns the query groups by are left as they are."""
+    column — or a scalar expression of columns (``a + b``) — takes its value from the row the
+    selector picked (``select max(v), ts from t`` is the time of the maximum). Columns the
+    query groups by are left as they are."""
     selectors = [i.expr for i in select.items if isinstance(i.expr, ast.Func) and i.expr.name in _SELECTORS]
     plain = [
         (index, item)
         for index, item in enumerate(select.items)
-        if isinstance(item.expr, ast.Column)
-        # pseudo-columns (_wstart, _wend …) are the group's own; _c0/_rowts are row columns
-        and (not item.expr.name.startswith("_") or item.expr.name.lower() in ("_c0", "_rowts"))
-        and items[index][0] not in group_keys
+        if _reads_a_row(item.expr) and items[index][0] not in group_keys
     ]
     if not plain or any(isinstance(i.expr, ast.Star) for i in select.items):
         return items
@@ -278,7 +276,9 @@ def _with_companions(
             else (sql, alias, column)
             for i, (sql, alias, column) in enumerate(items)
         ]
-        plain = [(i, item) for i, item in plain if item.expr.name.lower() not in tags]  # type: ignore[union-attr]
+        plain = [
+            (i, item) for i, item in plain if not (isinstance(item.expr, ast.Column) and item.expr.name.lower() in tags)
+        ]
     if not plain or len(selectors) != 1:
         return items
     selector = selectors[0]
@@ -300,6 +300,20 @@ def _with_companions(
         sql, alias, column = items[index]
         chosen[index] = (pick.format(column=sql), alias, column)
     return chosen
+
+
+def _reads_a_row(expr: ast.Expr) -> bool:
+    """A column of the data rows, or an expression without aggregates that reads one: not a
+    pseudo-column of the group (_wstart, _wend …; _c0 and _rowts are row columns)."""
+
+    def row_column(node: ast.Expr) -> bool:
+        if not isinstance(node, ast.Column):
+            return False
+        return not node.name.startswith("_") or node.name.lower() in ("_c0", "_rowts")
+
+    if isinstance(expr, ast.Column):
+        return row_column(expr)
+    return not _contains_aggregate(expr) and any(row_column(node) for node in walk(expr))
 
 
 MULTI_COLUMN_SELECTORS = ("first", "last", "last_row")
