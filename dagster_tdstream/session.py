@@ -50,7 +50,7 @@ from .storage import vfeed, written
 from .storage.catalog import StreamInfo, TableInfo
 from .storage.registry import StreamDefinition, load_streams, resolve_stream
 from .storage.streamcheck import check_stream_against_catalog
-from .storage.system import SYSTEM_DB, stream_progress
+from .storage.system import SYSTEM_DATABASES, SYSTEM_DB, stream_progress
 from .storage.types import display_length
 from .storage.warehouse import Warehouse
 
@@ -285,6 +285,12 @@ class Session:
     # ------------------------------------------------------------------ databases
 
     def _exec_createdatabase(self, stmt: ast.CreateDatabase) -> Result:
+        if normalize(stmt.name) in SYSTEM_DATABASES:
+            raise CatalogError(
+                f"database {normalize(stmt.name)} is a system database: choose another name",
+                line=stmt.pos.line,
+                column=stmt.pos.column,
+            )
         options = dict(stmt.options)
         options.setdefault("PRECISION", stmt.precision)
         created = self.warehouse.create_database(
@@ -312,7 +318,8 @@ class Session:
 
     def _exec_usedatabase(self, stmt: ast.UseDatabase) -> Result:
         name = normalize(stmt.name)
-        self.warehouse.database(name)
+        if name not in SYSTEM_DATABASES:
+            self.warehouse.database(name)
         self.database = name
         return Result(message=f"Database changed to {name}")
 

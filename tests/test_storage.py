@@ -200,7 +200,12 @@ def test_session_time_zone_reads_timestamp_strings(warehouse: Warehouse) -> None
 
 def test_show_describe_and_drop(sql_session: Session, warehouse: Warehouse) -> None:
     sql_session.execute(SCHEMA)
-    assert [r[0] for r in sql_session.query("show databases").rows] == ["d"]
+    assert [r[0] for r in sql_session.query("show databases").rows] == ["information_schema", "performance_schema", "d"]
+    with pytest.raises(CatalogError, match="database performance_schema is a system database") as refused:
+        sql_session.execute("create database performance_schema")
+    assert (refused.value.line, refused.value.column) == (1, 1)
+    assert sql_session.execute("use performance_schema")[0].message == "Database changed to performance_schema"
+    sql_session.execute("use d")
     assert [(r[0], r[3], r[4]) for r in sql_session.query("show stables").rows] == [("st", 4, 2)]
     assert [(r[0], r[4], r[6]) for r in sql_session.query("show d.tables").rows] == [
         ("c1", "st", "CHILD_TABLE"),

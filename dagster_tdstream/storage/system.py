@@ -23,6 +23,8 @@ from .registry import StreamDefinition, resolve_stream, tsma_root
 from .warehouse import Warehouse
 
 SYSTEM_DB = "information_schema"
+# (performance_schema's perf_* tables are not provided: it is listed, and can be USEd, empty)
+SYSTEM_DATABASES = (SYSTEM_DB, "performance_schema")
 
 TS, INT, BIGINT, BOOL = DataType("TIMESTAMP"), DataType("INT"), DataType("BIGINT"), DataType("BOOL")
 
@@ -98,7 +100,10 @@ def system_table(warehouse: Warehouse, name: str, db: str | None = None) -> pa.T
 
 
 def _databases(warehouse: Warehouse, db: str | None) -> list[list[object]]:
-    return [
+    # TDengine lists its two system databases first (tests count them: one user database
+    # makes three rows); their creation time, vgroups and keep are NULL there too
+    system: list[list[object]] = [[name, None, None, "ms", None] for name in SYSTEM_DATABASES]
+    return [row for row in system if db is None or row[0] == db] + [
         [d.name, d.created_at, _integer(d.options.get("VGROUPS", "2")), d.precision, d.options.get("KEEP")]
         for d in warehouse.catalog.list_databases()
         if db is None or d.name == db
