@@ -228,6 +228,12 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                 if api:
                     subscriptions.call(api.group(1).strip())
                     continue
+                sleep = re.fullmatch(r"\s*--\s*sleep\s+(\d+)\s*ms\s*;?\s*", sql)
+                if sleep:
+                    # the test sleeps here: TDengine's streams catch up on what was written, and
+                    # processing time passes (MAX_DELAY, FORCE_WINDOW_CLOSE and PERIOD fire in it)
+                    _sleep(harness, int(sleep.group(1)) / 1000, str(phase.get("phase")))
+                    continue
                 for statement in expand(sql, now_ms):
                     if phase.get("phase") == "cleanup":
                         _tidy(session, statement)
@@ -252,6 +258,17 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                         _check(session, check, history)
     finally:
         warehouse.close()
+
+
+def _sleep(harness: StreamHarness, seconds: float, phase: str) -> None:
+    """A test's sleep: the streams compute what was written, then the clock moves on and
+    what falls due in the meantime runs."""
+    reports = [harness.run_until_idle()]
+    harness.advance_clock(seconds)
+    reports.append(harness.run_until_idle())
+    failures = [failure for report in reports for failure in report.failures]
+    if failures:
+        raise CaseFailed(f"in phase {phase}: {failures[0]}")
 
 
 def _describes_data(case: dict[str, Any]) -> bool:
