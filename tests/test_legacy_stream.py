@@ -818,3 +818,32 @@ def test_legacy_stream_into_an_existing_super_table_is_checked_against_it(
         " from st partition by ta as tx, tb, tc interval(10s)",
         message,
     )
+
+
+def test_count_window_within_the_watermark_is_counted_again_and_beyond_it_ignored(
+    session: Session, harness: StreamHarness
+) -> None:
+    """TDengine's count2.sim: a COUNT_WINDOW stream (IGNORE EXPIRED 1, WATERMARK 100s) takes a
+    row older than the newest within the watermark as not expired — the windows are counted
+    again from it, and the open window AT_ONCE wrote before is retracted — and ignores one
+    beyond the watermark."""
+    session.execute(
+        "create database cw; use cw; create table t1 (ts timestamp, a int, b int);"
+        "create stream s trigger at_once ignore expired 1 ignore update 0 watermark 100s into o as"
+        " select _wstart as s, count(*) c1, sum(b) from t1 count_window(3)"
+    )
+    session.execute(f"insert into t1 values ({T0 + 1}, 9, 2) ({T0 + 9}, 0, 3)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o") == [(T0 + 1, 2, 5, 0)]  # AT_ONCE: the open window
+    session.execute(f"insert into t1 values ({T0}, 0, 1)")  # older, within the watermark
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o") == [(T0, 3, 6, 0)]
+    session.execute(f"insert into t1 values ({T0 + 10_000}, 0, 1) ({T0 + 10_001}, 9, 2) ({T0 + 10_009}, 0, 3)")
+    session.execute(f"insert into t1 values ({T0 - 1000}, 0, 1)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o order by 1") == [
+        (T0 - 1000, 3, 4, 0), (T0 + 9, 3, 6, 0), (T0 + 10_009, 1, 3, 0),
+    ]  # fmt: skip
+    session.execute(f"insert into t1 values ({T0 - 200_000}, 0, 100)")  # beyond the watermark: expired
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select count(*), sum(c1) from o") == [(3, 7)]

@@ -72,6 +72,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
             table_expiry=stmt.option(ast.TABLE_EXPIRY) is not None,
             recalc_every=recalc.duration.nanos if recalc is not None and recalc.duration else None,
         )
+    watermark = stmt.option("WATERMARK")
     true_for = None
     if isinstance(trigger, ast.StateTrigger | ast.EventTrigger) and trigger.true_for is not None:
         true_for = trigger.true_for.in_precision(precision)
@@ -79,6 +80,7 @@ def trigger_for(stmt: ast.CreateStream, precision: str, timezone: str | None = N
         "true_for": true_for,
         "events": events,
         "ignore_disorder": ignore_disorder,
+        "watermark": watermark.duration.in_precision(precision) if watermark and watermark.duration else 0,
         "max_delay": max_delay,
         "delete_recalc": delete_recalc,
         "at_once": at_once,

@@ -65,6 +65,9 @@ class RowWindowTrigger:
     true_for: int | None = None
     events: tuple[str, ...] = (WINDOW_CLOSE,)
     ignore_disorder: bool = False
+    # WATERMARK: how far behind the group's newest row a row may come and still not be
+    # disorder (TDengine: "超过该时长的数据会被当做乱序数据"); IGNORE_DISORDER drops only those
+    watermark: int = 0
     max_delay: int | None = None  # processing time, ns
     delete_recalc: bool = False
     # the legacy TRIGGER AT_ONCE: an open window it wrote is retracted when re-derivation finds
@@ -91,6 +94,10 @@ class RowWindowTrigger:
         state.delayed_count, state.opened_at = rows, now
         return self._open_windows(state)
 
+    def open_windows(self, state: RowState) -> list[Fired]:
+        """The windows still open, as MAX_DELAY (and the legacy AT_ONCE) writes them."""
+        return [] if self._rows_taken(state) is None else self._open_windows(state)
+
     def _rows_taken(self, state: RowState) -> int | None:
         """The rows the open windows have taken (None: no window is open)."""
         return state.count if state.open else None
@@ -110,7 +117,8 @@ class RowWindowTrigger:
                 if self.counts_rewrites and change.kind == "update" and state.open and change.ts >= state.start:
                     state.count += 1
                     continue
-                if not self.ignore_disorder and self.recalculates:
+                tolerated = change.ts >= state.max_ts - self.watermark
+                if self.recalculates and (tolerated or not self.ignore_disorder):
                     state.late_from = change.ts if state.late_from is None else min(state.late_from, change.ts)
                 continue
             state.max_ts = change.ts

@@ -306,11 +306,10 @@ def _rederive(
     starts = {f.start for f in new}
     written = list(old)
     if trigger.at_once and trigger.max_delay is not None:
-        # the legacy AT_ONCE wrote the open window too: gone if nothing starts there now
-        if old_state.open:
-            written.append(Fired(WINDOW_CLOSE, old_state.start, old_state.last, old_state.count, {}))
-        if state.open:
-            starts.add(state.start)
+        # the legacy AT_ONCE wrote the open windows too (a COUNT_WINDOW's every window not yet
+        # full): gone if nothing starts there now
+        written += [Fired(WINDOW_CLOSE, f.start, f.end, f.row_count, {}) for f in trigger.open_windows(old_state)]
+        starts |= {f.start for f in trigger.open_windows(state)}
     gone = [Fired(WINDOW_INVALIDATION, f.start, f.end, f.row_count, f.detail) for f in written if f.start not in starts]
     old_starts = {f.start for f in old}
     recalculated = [
