@@ -847,3 +847,22 @@ def test_count_window_within_the_watermark_is_counted_again_and_beyond_it_ignore
     session.execute(f"insert into t1 values ({T0 - 200_000}, 0, 100)")  # beyond the watermark: expired
     assert harness.run_until_idle().failures == []
     assert output(session, "select count(*), sum(c1) from o") == [(3, 7)]
+
+
+def test_fill_keeps_scalar_functions_of_no_column_and_the_output_keeps_wstart_as_a_column(
+    session: Session, harness: StreamHarness
+) -> None:
+    """TDengine's fillIntervalValue.sim: FILL(NULL) writes a window without rows with NULL
+    aggregates but the group's ``concat(tbname, 'aaa')`` and ``timezone()``; basic2.sim: the
+    output's column named ``_wstart`` is read as a column (there is no window to be the
+    pseudo-column of)."""
+    _setup(session)
+    session.execute(
+        "create stream sf trigger at_once into fo as select _wstart, count(*) c1, concat(tbname, 'aaa') as pname,"
+        " timezone() tz from st partition by tbname interval(10s) fill(null)"
+    )
+    session.execute(f"insert into t1 values ({W0}, 1, 1) ({W0 + 20_000}, 2, 2)")
+    assert harness.run_until_idle().failures == []
+    rows = output(session, "select `_wstart`, c1, pname, tz from fo order by `_wstart`")
+    assert [r[:3] for r in rows] == [(W0, 1, "t1aaa"), (W0 + 10_000, None, "t1aaa"), (W0 + 20_000, 1, "t1aaa")]
+    assert rows[1][3] == rows[0][3] is not None

@@ -345,11 +345,16 @@ def _validate_interp(stmt: ast.CreateLegacyStream) -> None:
 
 def fill_kind(expr: ast.Expr) -> str:
     """How FILL writes a column (as the equivalent stream's query has it) in a window without
-    rows: a window pseudo-column by its name (the window's own), ``keep`` a partition value or
-    constant (the group's), ``fill`` one that reads the rows (FILL's value)."""
+    rows: a window pseudo-column by its name (the window's own), ``keep`` a partition value,
+    constant or scalar function of them (the group's: ``timezone()``, ``concat(tbname, 'a')``),
+    ``fill`` one that reads the rows (FILL's value)."""
     if isinstance(expr, ast.Column) and expr.name.lower() in WINDOW_NAMES.values():
         return expr.name.lower()
-    return "fill" if any(isinstance(n, ast.Func | ast.Column) for n in walk(expr)) else "keep"
+    reads_rows = (
+        isinstance(n, ast.Column) or (isinstance(n, ast.Func) and is_aggregate_function(n.name.lower()))
+        for n in walk(expr)
+    )
+    return "fill" if any(reads_rows) else "keep"
 
 
 def _validate_fill(stmt: ast.CreateLegacyStream, fill: ast.Fill) -> None:

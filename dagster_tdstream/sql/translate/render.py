@@ -128,7 +128,8 @@ class Renderer:
 
     def _column(self, expr: ast.Column) -> Typed:
         name = expr.name.lower()
-        if name in WINDOW_PSEUDO:
+        # (a stream's output keeps `_wstart` as a column name: outside a window it is that column)
+        if name in WINDOW_PSEUDO and (self.scope.window is not None or name not in self.scope.columns):
             if self.scope.window is None:
                 raise query_error(f"{expr.name} needs a window clause such as INTERVAL(...)", expr)
             return Typed(self.scope.window_sql[name], "ts" if name != "_wduration" else "int")
