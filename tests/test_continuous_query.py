@@ -326,3 +326,29 @@ def test_progress_older_than_the_retained_wal_is_an_error_not_a_gap(sql_session:
     DeltaTable(table.table_uri).cleanup_metadata()
     with pytest.raises(SubscriptionError, match="older than the WAL the table retains"):
         sub.consume()
+
+
+def test_a_stream_created_again_under_its_name_starts_over(session: Session, harness: StreamHarness) -> None:
+    """2.x's stream1.py: a continuous query whose result table was dropped, created again under
+    the same name, computes the history again; so does a 3.3.7 stream dropped and created
+    again (its trigger sensor, of the same name, does not go on from the old one's cursor)."""
+    session.execute(
+        "create database cq; use cq; create stable m (ts timestamp, v int) tags (g int);"
+        "create table c using m tags (1);"
+        f"insert into c values ({T0}, 1) ({T0 + MINUTE}, 2) ({T0 + 3 * MINUTE}, 4);"
+        "create table r as select count(*), sum(v) from c interval(2m);"
+        "create stream s interval(2m) sliding(2m) from c stream_options(fill_history) into o as"
+        " select _twstart, sum(v) from %%trows"
+    )
+    assert harness.run_until_idle().failures == []
+    expected = [(T0, 2, 3), (T0 + 2 * MINUTE, 1, 4)]
+    assert output(session, "select * from r") == expected
+    assert output(session, "select * from o") == [(T0, 3)]  # [2m, 4m) is still open
+    session.execute(
+        "drop table r; create table r as select count(*), sum(v) from c interval(2m);"
+        "drop stream s; drop table o; create stream s interval(2m) sliding(2m) from c stream_options(fill_history)"
+        " into o as select _twstart, sum(v) from %%trows"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from r") == expected
+    assert output(session, "select * from o") == [(T0, 3)]

@@ -50,6 +50,7 @@ from .tags import (
     ACTIVE_STATUSES,
     BATCH_POOL,
     BATCH_TAG,
+    CREATED_TAG,
     FAILED_STATUSES,
     HISTORY_MODE,
     HISTORY_TAG,
@@ -73,16 +74,19 @@ _GRAIN_NANOS = {HOURLY: 3600 * 10**9, DAILY: 86400 * 10**9}
 class TriggerCursor:
     offset: int | None  # last WAL offset processed; None before the first tick
     history: int | None = None  # FILL_HISTORY: the last WAL offset the history run covers
+    # the creation time of the stream it is the cursor of: the sensor of a stream dropped and
+    # created again under its name (the same sensor name) must not go on from the old cursor
+    created: int | None = None
 
     def dump(self) -> str:
-        return json.dumps({"offset": self.offset, "history": self.history})
+        return json.dumps({"offset": self.offset, "history": self.history, "created": self.created})
 
     @classmethod
     def load(cls, text: str | None) -> "TriggerCursor":
         if not text:
             return cls(None)
         data = json.loads(text)
-        return cls(data.get("offset"), data.get("history"))
+        return cls(data.get("offset"), data.get("history"), data.get("created"))
 
 
 def build_trigger_sensor(
@@ -118,10 +122,12 @@ def build_trigger_sensor(
         if isinstance(stream, SkipReason):
             return stream
         cursor = TriggerCursor.load(context.cursor)
-        if not context.cursor:
-            # a sensor without a cursor (a new headless run, a reset sensor) continues from the
-            # stream's checkpointed progress: starting over would fire every window again
-            cursor = TriggerCursor(warehouse.catalog.latest_checkpoint_offset(stream.key))
+        created = stream.info.created_at
+        if not context.cursor or cursor.created != created:
+            # a sensor without a cursor of this stream (a new headless run, a reset sensor, a
+            # stream created again under its name) continues from the stream's checkpointed
+            # progress: starting over would fire every window again
+            cursor = TriggerCursor(warehouse.catalog.latest_checkpoint_offset(stream.key), created=created)
         if cursor.offset is None and stream.fills_history and stream.trigger_table is not None:
             cursor, waiting = _history(instance, warehouse, stream, cursor, partitions)
             if waiting is not None:
@@ -140,7 +146,7 @@ def build_trigger_sensor(
         except Exception as exc:
             return tick_failed(warehouse, stream_key, exc)
         tick_succeeded(warehouse, stream)
-        new_cursor = TriggerCursor(offset).dump()
+        new_cursor = TriggerCursor(offset, created=created).dump()
         backfills = recalculation_backfills(warehouse, stream, asset, partitions)
         answer = pending_runs(instance, warehouse, stream, partitions)
         down = _spark_down(tdstream_spark) if not isinstance(answer, SkipReason) or backfills else None
@@ -267,7 +273,7 @@ def pending_runs(
         name = f"{batch[0]['id']}-{batch[-1]['id']}"
         if name in running:
             continue
-        failed = _failed_runs(instance, stream.key, name)
+        failed = _failed_runs(instance, stream, name)
         if len(failed) >= MAX_ATTEMPTS:
             skipped.append(
                 f"stream {stream.key}: the run for triggers {name} failed {len(failed)} times "
@@ -275,9 +281,10 @@ def pending_runs(
             )
             continue
         starts = [int(t["wstart"]) for t in batch if t["wstart"] is not None]
-        tags = {STREAM_TAG: stream.key, MODE_TAG: TRIGGERS_MODE, BATCH_TAG: name, POOL_TAG: BATCH_POOL}
+        tags = {STREAM_TAG: stream.key, CREATED_TAG: str(stream.info.created_at), MODE_TAG: TRIGGERS_MODE}
+        tags.update({BATCH_TAG: name, POOL_TAG: BATCH_POOL})
         tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
-        requests.append(RunRequest(run_key=f"{stream.key}:{name}:{len(failed)}", tags=tags))
+        requests.append(RunRequest(run_key=f"{_run_key_prefix(stream)}:{name}:{len(failed)}", tags=tags))
     if requests:
         return requests
     return SkipReason("; ".join(skipped) or f"{len(pending)} trigger(s) wait for their runs")
@@ -334,10 +341,16 @@ def _active_runs(instance: DagsterInstance, stream_key: str) -> list[Any]:
     return list(instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream_key}, statuses=ACTIVE_STATUSES)))
 
 
-def _failed_runs(instance: DagsterInstance, stream_key: str, batch: str) -> list[Any]:
-    return list(
-        instance.get_runs(filters=RunsFilter(tags={STREAM_TAG: stream_key, BATCH_TAG: batch}, statuses=FAILED_STATUSES))
-    )
+def _failed_runs(instance: DagsterInstance, stream: StreamDefinition, batch: str) -> list[Any]:
+    tags = {STREAM_TAG: stream.key, CREATED_TAG: str(stream.info.created_at), BATCH_TAG: batch}
+    return list(instance.get_runs(filters=RunsFilter(tags=tags, statuses=FAILED_STATUSES)))
+
+
+def _run_key_prefix(stream: StreamDefinition) -> str:
+    """Run keys name the stream and its creation: Dagster never launches a sensor's run key
+    twice, and a stream created again under its name numbers its batches from trigger ids the
+    old one may have used."""
+    return f"{stream.key}@{stream.info.created_at}"
 
 
 def _history(
@@ -357,8 +370,8 @@ def _history(
     if history is None:
         history = warehouse.delta.version(table.db, table.storage_name)
     if warehouse.catalog.load_checkpoint(stream.key, history) is not None:
-        return TriggerCursor(history), None  # the history run finished: continue incrementally
-    waiting = TriggerCursor(None, history).dump()
+        return TriggerCursor(history, created=cursor.created), None  # the history run finished: go on
+    waiting = TriggerCursor(None, history, cursor.created).dump()
     active = _active_runs(instance, stream.key)
     if active:
         return cursor, SensorResult(
@@ -366,7 +379,7 @@ def _history(
             cursor=waiting,
         )
     batch = f"history-{history}"
-    failed = _failed_runs(instance, stream.key, batch)
+    failed = _failed_runs(instance, stream, batch)
     if len(failed) >= MAX_ATTEMPTS:
         return cursor, SensorResult(
             skip_reason=SkipReason(
@@ -377,6 +390,7 @@ def _history(
         )
     tags = {
         STREAM_TAG: stream.key,
+        CREATED_TAG: str(stream.info.created_at),
         MODE_TAG: HISTORY_MODE,
         BATCH_TAG: batch,
         HISTORY_TAG: str(history),
@@ -394,7 +408,7 @@ def _history(
         first = partitions.get_first_partition_key()
         assert first is not None
         tags.update({ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: first})
-    run = RunRequest(run_key=f"{stream.key}:{batch}:{len(failed)}", tags=tags)
+    run = RunRequest(run_key=f"{_run_key_prefix(stream)}:{batch}:{len(failed)}", tags=tags)
     return cursor, SensorResult(run_requests=[run], cursor=waiting)
 
 

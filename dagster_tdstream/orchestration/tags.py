@@ -5,6 +5,9 @@ concurrency limits and the benchmark. Owns names only; no behaviour."""
 from dagster import DagsterRunStatus
 
 STREAM_TAG = "tdstream/stream"  # the stream a batch run computes (dagster.yaml: one at a time)
+# when that stream was created: a stream dropped and created again under its name is another
+# stream (its runs, run keys and failures are not the old one's)
+CREATED_TAG = "tdstream/stream_created"
 MODE_TAG = "tdstream/mode"  # what a run of a stream asset does, by the modes below
 TRIGGERS_MODE = "triggers"  # the pending triggers named by BATCH_TAG
 HISTORY_MODE = "history"  # FILL_HISTORY up to HISTORY_TAG
