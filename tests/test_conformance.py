@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_tdstream.testing.conformance import run_case, run_statements_with_setup
+from dagster_tdstream.testing.conformance import expand, run_case, run_statements_with_setup
 
 from .conftest import CONFORMANCE
 
@@ -126,3 +126,49 @@ def test_corpora_are_shipped() -> None:
     assert len(list((CORPORA / "continuous_query" / "cases").glob("*.json"))) >= 10
     assert len(list((CORPORA / "tsma" / "cases").glob("*.json"))) >= 14
     assert len(list((CORPORA / "legacy_stream" / "cases").glob("*.json"))) >= 39
+
+
+def test_data_generator_loops_nest_directly_and_in_sequence() -> None:
+    assert expand("-- data_generator: for i in 0..1: for j in 0..1: insert into t{i} values ({j})", 0) == [
+        "insert into t0 values (0)", "insert into t0 values (1)", "insert into t1 values (0)", "insert into t1 values (1)",
+    ]  # fmt: skip
+    assert expand("-- data_generator: for i in 0..1: create table c{i}; for j in 1..1: insert into c{i} values ({j})", 0) == [
+        "create table c0", "insert into c0 values (1)", "create table c1", "insert into c1 values (1)",
+    ]  # fmt: skip
+
+
+def test_a_sleep_in_a_phase_lets_max_delay_write_the_open_window(spark: object) -> None:
+    """``-- sleep Nms`` between writes: the stream computes what was written, processing time
+    moves on, and MAX_DELAY writes the open window then (TDengine's test_state_new.py Basic2:
+    each result of an open window is a row of its own when its key is its newest row)."""
+    case = {
+        "id": "sleep_max_delay",
+        "timezone": "UTC",
+        "setup_sql": ["create database d", "use d", "create table t (ts timestamp, v int)"],
+        "stream_sql": [
+            "create stream s state_window(v) from t stream_options(max_delay(3s)) into o (lastts, n) as"
+            " select last_row(_c0), count(*) from %%trows"
+        ],
+        "data_sql": [
+            {
+                "phase": "p1",
+                "sql": [
+                    "insert into t values ('2025-01-01 00:00:10', 1)",
+                    "insert into t values ('2025-01-01 00:00:11', 1)",
+                    "-- sleep 5000ms",
+                    "insert into t values ('2025-01-01 00:00:12', 1)",
+                    "insert into t values ('2025-01-01 00:00:13', 2)",
+                ],
+            }
+        ],
+        "expected": [
+            {
+                "after_phase": "p1",
+                "query": "select lastts, n from o",
+                "row_count": 3,  # the open window after the sleep, closed, and the new one by MAX_DELAY
+                "cells": [[0, 0, "2025-01-01 00:00:11"], [0, 1, 2], [1, 0, "2025-01-01 00:00:12"], [1, 1, 3]],
+            }
+        ],
+    }
+    result = run_case(case, spark=spark)
+    assert result.passed, result.reason

@@ -393,6 +393,8 @@ def _loop(text: str, names: dict[str, int]) -> list[str]:
         raise CaseFailed(f"data_generator {text[:80]!r}: expected 'for VAR in A..B: statements'")
     var, low, high = loop.group(1), int(loop.group(2)), int(loop.group(3))
     body = text[loop.end() :]
+    if _LOOP.match(body):  # ``for i in …: for j in …: stmt``: the body is the inner loop
+        return [statement for value in range(low, high + 1) for statement in _loop(body, {**names, var: value})]
     nested = re.search(r";\s*for\s+\w+\s+in\s", body)
     head, tail = (body[: nested.start()], body[nested.start() + 1 :].strip()) if nested else (body, "")
     statements = []
