@@ -226,7 +226,7 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
             for sql in phase.get("sql", []):
                 api = re.match(r"\s*--\s*api:\s*(.+)$", sql, re.S)
                 if api:
-                    subscriptions.call(api.group(1).strip())
+                    subscriptions.call(_with_now(api.group(1).strip(), now_ms))
                     continue
                 sleep = re.fullmatch(r"\s*--\s*sleep\s+(\d+)\s*ms\s*;?\s*", sql)
                 if sleep:
