@@ -96,6 +96,11 @@ def test_parse_command_fails_on_an_accepted_invalid_line(tmp_path: Path) -> None
         ),
         ("state_window(c) from t into o as select count(*), _twstart from %%trows", "must be a timestamp"),
         (
+            "interval(10s) sliding(10s) from t into o as select _twstart, count(*), _twstart, _twend from %%trows",
+            "duplicate output column name '_twstart'",
+        ),
+        ("state_window(c) from t into o as select _twstart ts, count(*) n, _twend ts from %%trows", "name 'ts'"),
+        (
             "state_window(c) from t notify('ws://h:1/x') on(window_close) where nope > 1 "
             "into o as select _twstart, count(*) c from %%trows",
             "not a result column",

@@ -269,6 +269,18 @@ def _validate_output(stmt: ast.CreateStream) -> None:
         raise _fail("TAGS lists a tag name twice", stmt.pos)
     if len({c.lower() for c in stmt.columns}) != len(stmt.columns):
         raise _fail("the output column list names a column twice", stmt.pos)
+    if stmt.into is not None and stmt.query is not None and not stmt.columns:
+        # the output's columns are named by the query: two alike would be one column twice
+        # (TDengine's old basic1 case: ``select _twstart, count(*), _twstart …`` is refused)
+        seen: set[str] = set()
+        for item in stmt.query.items:
+            name = name_key(item.alias or item.text)
+            if name in seen and not isinstance(item.expr, ast.Star):
+                raise _fail(
+                    f"duplicate output column name {item.alias or item.text!r}: give one of them an alias",
+                    item.expr.pos,
+                )
+            seen.add(name)
     if stmt.into is not None and stmt.trigger_table is not None:
         same_db = (stmt.into.db or "").lower() == (stmt.trigger_table.db or "").lower()
         if same_db and stmt.into.name.lower() == stmt.trigger_table.name.lower():
