@@ -866,3 +866,23 @@ def test_fill_keeps_scalar_functions_of_no_column_and_the_output_keeps_wstart_as
     rows = output(session, "select `_wstart`, c1, pname, tz from fo order by `_wstart`")
     assert [r[:3] for r in rows] == [(W0, 1, "t1aaa"), (W0 + 10_000, None, "t1aaa"), (W0 + 20_000, 1, "t1aaa")]
     assert rows[1][3] == rows[0][3] is not None
+
+
+def test_expiry_is_judged_against_the_progress_before_the_batch(session: Session, harness: StreamHarness) -> None:
+    """IGNORE EXPIRED 1 (the default): a row is expired when its window was closed before the
+    batch of writes it arrives in — TDengine's trigger task moves its progress after a block,
+    so an out-of-order row written with newer ones in one batch still counts; one written in a
+    later batch into a window closed by then is dropped."""
+    _setup(session)
+    session.execute(
+        "create stream sx trigger at_once into xo as select _wstart, count(*) c, sum(a) s from t1 interval(1s)"
+    )
+    for ts, a in ((15_000, 1), (17_000, 2), (11_000, 3)):  # three statements, one batch
+        session.execute(f"insert into t1 values ({W0 + ts}, {a}, 0)")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select _wstart, c, s from xo order by 1") == [
+        (W0 + 11_000, 1, 3), (W0 + 15_000, 1, 1), (W0 + 17_000, 1, 2),
+    ]  # fmt: skip
+    session.execute(f"insert into t1 values ({W0 + 12_000}, 5, 0)")  # [12 s, 13 s) closed before
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select count(*) from xo") == [(3,)]

@@ -108,6 +108,9 @@ class RowWindowTrigger:
     def advance(self, state: RowState, changes: Iterable[RowChange], now: int = 0) -> list[Fired]:
         fired: list[Fired] = []
         state.late_from, state.now = None, now
+        # disorder is judged against the newest row before this batch of changes (TDengine's
+        # trigger task moves its progress after a block)
+        newest_before = state.max_ts
         for change in changes:
             if change.kind == "delete":
                 if self.delete_recalc and self.recalculates and state.max_ts is not None:
@@ -117,7 +120,7 @@ class RowWindowTrigger:
                 if self.counts_rewrites and change.kind == "update" and state.open and change.ts >= state.start:
                     state.count += 1
                     continue
-                tolerated = change.ts >= state.max_ts - self.watermark
+                tolerated = newest_before is None or change.ts >= newest_before - self.watermark
                 if self.recalculates and (tolerated or not self.ignore_disorder):
                     state.late_from = change.ts if state.late_from is None else min(state.late_from, change.ts)
                 continue
