@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from dagster_tdstream import Session, StreamHarness, Warehouse
+from dagster_tdstream import Session, StreamHarness, TDStreamError, Warehouse
 from dagster_tdstream.storage.maintenance import COMPACT_EVERY, RETENTION_ENV, table_files
 
 from .conftest import output
@@ -107,6 +107,10 @@ def test_the_change_feed_read_from_appended_files_equals_delta_rs_change_feed(
     for i in range(6):
         sql_session.execute(f"insert into c{1 + i % 2} values ({now + i}, {i}) ({now + 100 + i}, {i})")
     sql_session.execute("compact database d")
+    flushed = sql_session.execute("flush database d")[0].message
+    assert flushed == "Flush OK: every acknowledged write is already committed to its Delta table"
+    with pytest.raises(TDStreamError, match="database nope does not exist"):
+        sql_session.execute("flush database nope")
     sql_session.execute(f"insert into c1 values ({now + 1000}, 7)")
     sql_session.execute(f"insert into c1 values ({now}, 70)")  # an update: a MERGE
     latest = warehouse.delta.latest_version("d", "st")

@@ -1,8 +1,10 @@
-"""``COMPACT DATABASE`` and ``TRIM DATABASE``: maintenance of every table of a database on demand.
+"""``COMPACT DATABASE``, ``TRIM DATABASE`` and ``FLUSH DATABASE``: maintenance of every table of
+a database on demand.
 
-Owns mapping TDengine's two statements onto ``storage/maintenance.py`` (which also runs on its
-own as writes accumulate): COMPACT merges small files and vacuums what no reader needs, TRIM
-drops the data files KEEP has expired. Must not touch files itself.
+Owns mapping TDengine's statements onto ``storage/maintenance.py`` (which also runs on its own
+as writes accumulate): COMPACT merges small files and vacuums what no reader needs, TRIM drops
+the data files KEEP has expired, FLUSH has nothing to do (an acknowledged write is already a
+Delta commit, not a memory buffer). Must not touch files itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ def execute_maintain(session: Session, stmt: ast.MaintainDatabase) -> Result:
     db = stmt.name.lower()
     warehouse = session.warehouse
     warehouse.database(db)
+    if stmt.action == "FLUSH":
+        return Result(message="Flush OK: every acknowledged write is already committed to its Delta table")
     done = [
         maintain(warehouse, db, table.storage_name, trim_only=stmt.action == "TRIM")
         for table in warehouse.catalog.list_tables(db, ("super", "normal"))

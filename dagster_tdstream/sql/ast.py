@@ -300,7 +300,8 @@ class CreateDatabase(Statement):
 
 @dataclass(frozen=True)
 class MaintainDatabase(Statement):
-    """``COMPACT DATABASE db`` or ``TRIM DATABASE db`` (``action``: COMPACT | TRIM)."""
+    """``COMPACT DATABASE db``, ``TRIM DATABASE db`` or ``FLUSH DATABASE db`` (``action``:
+    COMPACT | TRIM | FLUSH)."""
 
     action: str
     name: str

@@ -337,6 +337,7 @@ class _Parser:
             "KILL": self.kill_stream,
             "COMPACT": self.maintain_database,
             "TRIM": self.maintain_database,
+            "FLUSH": self.maintain_database,
         }
         handler = handlers.get(word)
         if handler is None:
@@ -544,8 +545,8 @@ class _Parser:
         return ast.KillStream(None, int(match.group(1)))
 
     def maintain_database(self) -> ast.MaintainDatabase:
-        """``COMPACT DATABASE db`` / ``TRIM DATABASE db`` (TDengine's; the time range a
-        COMPACT may name is accepted and the whole database compacted)."""
+        """``COMPACT DATABASE db`` / ``TRIM DATABASE db`` / ``FLUSH DATABASE db`` (TDengine's;
+        the time range a COMPACT may name is accepted and the whole database compacted)."""
         action = self.next().upper
         self.expect_word("DATABASE")
         name = self.ident("a database name").name
