@@ -199,13 +199,9 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                 _execute(session, statement, "setup")
         for sql in case.get("stream_sql", []):
             _execute(session, _with_now(sql, now_ms), "stream")
-        setup_checks = [check for check in expected if check.get("after_phase") == "setup"]
-        if setup_checks and case.get("stream_sql"):
-            # the streams run from their creation on (a FILL_HISTORY stream computes the data
-            # already there): the tests poll until what they check converges
-            _sleep(harness, 0, "setup")
-        for check in setup_checks:
-            _check(session, check, history)
+        for check in expected:
+            if check.get("after_phase") == "setup":
+                _check(session, check, history)
         streams = load_streams(warehouse)
         delays = [
             opt.duration.nanos / 1e9
