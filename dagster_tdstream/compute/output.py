@@ -26,7 +26,7 @@ from ..sql.translate import OutputColumn
 from ..storage.catalog import TableInfo
 from ..storage.registry import StreamDefinition
 from ..storage.streamcheck import columns_for_types, infer_result_type
-from ..storage.types import INTEGER_TYPES, arrow_schema, arrow_type, coerce, coerce_array
+from ..storage.types import INTEGER_TYPES, TEXT_TYPES, arrow_schema, arrow_type, coerce, coerce_array
 from ..storage.warehouse import Warehouse, WriteBatch
 
 TBNAME_TAG = ast.ColumnDef("tag_tbname", ast.DataType("VARCHAR", 270))
@@ -261,7 +261,6 @@ def written_columns(stream: StreamDefinition, info: TableInfo) -> list[ast.Colum
     return [info.columns[0], *(by_name[name.lower()] for name in stream.stmt.columns[1:])]
 
 
-_TEXT_TYPES = ("VARCHAR", "BINARY", "NCHAR")
 # the leading number of a text, as C's strtod reads it
 _LEADING_NUMBER = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
@@ -274,7 +273,7 @@ def _converted(value: Any, dtype: ast.DataType, name: str) -> Any:
         match = _LEADING_NUMBER.match(value)
         number = float(match.group(0)) if match else 0.0
         value = number if dtype.name in ("FLOAT", "DOUBLE") else int(number)
-    elif value is not None and not isinstance(value, str) and dtype.name in _TEXT_TYPES:
+    elif value is not None and not isinstance(value, str) and dtype.name in TEXT_TYPES:
         value = str(value)
     return coerce(value, dtype, name, computed=True)
 

@@ -19,7 +19,7 @@ from ..sql.validate import TRIGGER_PLACEHOLDERS
 from ..sql.walk import children as _children
 from ..sql.walk import nested_selects, select_expressions, walk
 from .catalog import TableInfo
-from .types import INTEGER_TYPES
+from .types import INTEGER_TYPES, TEXT_TYPES
 from .warehouse import Warehouse
 
 _PSEUDO_COLUMNS = frozenset(
@@ -30,7 +30,7 @@ _TIMESTAMP_NAMES = frozenset({"_tlocaltime", "_tprev_localtime", "_tnext_localti
     {"_c0", "_rowts", "_wstart", "_wend", "_twstart", "_twend", "_tcurrent_ts", "_tprev_ts", "_tnext_ts", "_irowts"}
 )
 _BIGINT_NAMES = frozenset({"_wduration", "_twduration", "_twrownum", "_tgrpid"})
-_STATE_TYPES = ("BOOL", *INTEGER_TYPES, "VARCHAR", "BINARY", "NCHAR")
+_STATE_TYPES = ("BOOL", *INTEGER_TYPES, *TEXT_TYPES)
 
 TIMESTAMP = ast.DataType("TIMESTAMP")
 BIGINT = ast.DataType("BIGINT")
@@ -133,7 +133,7 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
         _check_string_expr(stmt.output_subtable, cols, "OUTPUT_SUBTABLE")
     for tag in stmt.tags:
         produced = _check_string_expr(tag.expr, cols, f"tag {tag.name}")
-        if produced == "string" and tag.type.name not in _STRING_TYPES:
+        if produced == "string" and tag.type.name not in TEXT_TYPES:
             raise _fail(f"tag {tag.name} is {tag.type} but its expression gives a string", tag.expr)
     for expr in (stmt.output_subtable, *(t.expr for t in stmt.tags)):
         if expr is None:
@@ -147,7 +147,6 @@ def _check_trigger(stmt: ast.CreateStream, info: TableInfo, cols: _Columns) -> N
                     )
 
 
-_STRING_TYPES = ("VARCHAR", "BINARY", "NCHAR")
 _STRING_FUNCS = frozenset({"concat", "concat_ws", "upper", "lower", "substr", "replace", "ltrim", "rtrim", "trim"})
 
 
@@ -162,7 +161,7 @@ def _check_string_expr(expr: ast.Expr, cols: _Columns, where: str) -> str | None
         dtype = cols.types.get(expr.name.lower())
         if dtype is None:
             return None
-        return "string" if dtype.name in _STRING_TYPES else "number"
+        return "string" if dtype.name in TEXT_TYPES else "number"
     if isinstance(expr, ast.Func) and expr.name in _STRING_FUNCS:
         text_args = expr.args[:1] if expr.name in ("substr",) else expr.args
         if expr.name == "replace":
@@ -410,7 +409,7 @@ def _check_legacy_mapping(
 def _family(dtype: ast.DataType) -> str:
     """What a legacy stream's write converts between: numbers, booleans and timestamps into
     each other, strings into strings; the other types only into themselves."""
-    if dtype.name in ("VARCHAR", "BINARY", "NCHAR"):
+    if dtype.name in TEXT_TYPES:
         return "text"
     return dtype.name if dtype.name in ("VARBINARY", "GEOMETRY", "JSON", "DECIMAL") else "number"
 

@@ -56,6 +56,7 @@ _ARROW: dict[str, pa.DataType] = {
 }
 
 STRING_TYPES = ("BINARY", "VARCHAR", "NCHAR", "JSON")
+TEXT_TYPES = ("VARCHAR", "BINARY", "NCHAR")  # the character types (JSON apart)
 INTEGER_TYPES = tuple(name for name in _INT_RANGES if name != "TIMESTAMP")
 
 
