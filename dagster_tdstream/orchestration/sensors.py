@@ -281,8 +281,7 @@ def pending_runs(
             )
             continue
         starts = [int(t["wstart"]) for t in batch if t["wstart"] is not None]
-        tags = {STREAM_TAG: stream.key, CREATED_TAG: str(stream.info.created_at), MODE_TAG: TRIGGERS_MODE}
-        tags.update({BATCH_TAG: name, POOL_TAG: BATCH_POOL})
+        tags = {**_stream_tags(stream), MODE_TAG: TRIGGERS_MODE, BATCH_TAG: name, POOL_TAG: BATCH_POOL}
         tags.update(_partition_range(partitions, stream.precision, min(starts), max(starts)))
         requests.append(RunRequest(run_key=f"{_run_key_prefix(stream)}:{name}:{len(failed)}", tags=tags))
     if requests:
@@ -342,8 +341,14 @@ def _active_runs(instance: DagsterInstance, stream_key: str) -> list[Any]:
 
 
 def _failed_runs(instance: DagsterInstance, stream: StreamDefinition, batch: str) -> list[Any]:
-    tags = {STREAM_TAG: stream.key, CREATED_TAG: str(stream.info.created_at), BATCH_TAG: batch}
+    tags = {**_stream_tags(stream), BATCH_TAG: batch}
     return list(instance.get_runs(filters=RunsFilter(tags=tags, statuses=FAILED_STATUSES)))
+
+
+def _stream_tags(stream: StreamDefinition) -> dict[str, str]:
+    """The tags naming a stream's runs: its key and its creation (a stream created again under
+    its name is another stream)."""
+    return {STREAM_TAG: stream.key, CREATED_TAG: str(stream.info.created_at)}
 
 
 def _run_key_prefix(stream: StreamDefinition) -> str:
@@ -389,8 +394,7 @@ def _history(
             cursor=waiting,
         )
     tags = {
-        STREAM_TAG: stream.key,
-        CREATED_TAG: str(stream.info.created_at),
+        **_stream_tags(stream),
         MODE_TAG: HISTORY_MODE,
         BATCH_TAG: batch,
         HISTORY_TAG: str(history),
