@@ -141,8 +141,10 @@ def _existing_tags(warehouse: Warehouse, info: StreamInfo, written: ast.CreateLe
     """The tags of the super table a legacy stream writes, if it exists: TAGS may name them
     without types."""
     into = written.into
-    into_db = ((into.db if into is not None else None) or info.db).lower()
-    if into is None or warehouse.catalog.get_database(into_db) is None:
+    if into is None:
+        return {}
+    into_db = (into.db or info.db).lower()
+    if warehouse.catalog.get_database(into_db) is None:
         return {}
     output = warehouse.find_table(into_db, into.name.lower())
     return {t.name: t.type for t in output.tags} if output is not None else {}
