@@ -117,6 +117,14 @@ def test_statistical_aggregates(session: Session) -> None:
     assert [(w[1], w[2]) for w in windows] == [(0.25, 1.0), (0.25, 1.0), (None, 0.0)]
     with pytest.raises(QueryError, match="percentile from 0 to 100"):
         session.query("select percentile(v, 150) from t")
+    # the exact percentile reads one table; a super table's children take apercentile
+    session.execute(
+        f"create stable st (ts timestamp, v int) tags (g int); insert into c1 using st tags (1) values ({T}, 1)"
+    )
+    with pytest.raises(QueryError, match="percentile is only supported in single table query") as caught:
+        session.query("select count(*), percentile(v, 50) from st")
+    assert caught.value.column == 18
+    assert session.query("select percentile(v, 50) from c1").rows == [(1.0,)]
     with pytest.raises(QueryError, match=r"var_pop\(\) needs a numeric argument"):
         session.query("select var_pop(ts) from t")
     with pytest.raises(QueryError, match=r"elapsed\(\) needs the timestamp column"):

@@ -595,6 +595,12 @@ class Renderer:
         most = 3 if name == "apercentile" else 2
         if not 2 <= len(expr.args) <= most:
             raise query_error(f"{name}() takes a column and a percentile (0 to 100)", expr)
+        if name == "percentile" and any(t.kind == "super" for t in self.scope.tables):
+            # TDengine scans a table twice for the exact percentile (a repeat-scan function),
+            # which it does for one child or normal table only
+            raise query_error(
+                "percentile is only supported in single table query (use apercentile() over a super table)", expr
+            )
         arg = self._plain_arg(expr)
         if arg.kind not in NUMERIC:
             raise query_error(f"{name}() needs a numeric argument, got a {arg.kind} column", expr.args[0])
