@@ -37,7 +37,18 @@ WINDOW_COLUMNS = ("_wstart", "_wend", "_wduration")  # not a function's column
 MIN_INTERVAL = Duration(1, "m")
 MAX_INTERVAL_MONTHS = 12
 STORED_PREFIXES = ("CREATE TSMA ", "CREATE RECURSIVE TSMA ")  # how families/tsma.py stores one
-_NAME_WORDS = ("TSMA", "TSMAS", "RECURSIVE", "FUNCTION", "INTERVAL", "ON")
+# TDengine keywords that cannot name a TSMA unquoted (TDengine: syntax error): the words of
+# the statement and the type and clause keywords of its grammar
+_NAME_WORDS = frozenset(
+    """TSMA TSMAS RECURSIVE FUNCTION FUNCTIONS INTERVAL ON SLIDING OFFSET FILL
+    BOOL TINYINT SMALLINT INT INTEGER BIGINT FLOAT DOUBLE BINARY VARCHAR NCHAR TIMESTAMP JSON
+    VARBINARY GEOMETRY DECIMAL UNSIGNED
+    SELECT FROM WHERE GROUP BY ORDER PARTITION HAVING LIMIT SLIMIT SOFFSET AS AND OR NOT NULL
+    IN IS LIKE MATCH NMATCH BETWEEN CASE WHEN THEN ELSE END UNION ALL DISTINCT ASC DESC
+    CREATE DROP ALTER SHOW DESCRIBE USE INSERT INTO VALUES DELETE IMPORT EXPLAIN
+    DATABASE DATABASES TABLE TABLES STABLE STABLES STREAM STREAMS TOPIC TOPICS VIEW VIEWS
+    INDEX INDEXES TAG TAGS TBNAME USING IF EXISTS WITH TRIGGER WATERMARK NOW TODAY""".split()  # noqa: SIM905
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,7 @@ def parse_create_tsma(p: Parser, recursive: bool) -> ast.CreateTsma:
     """After ``CREATE [RECURSIVE] TSMA``."""
     if_not_exists = p.accept_words("IF", "NOT", "EXISTS")
     name_tok = p.peek()
-    if name_tok.kind is Kind.IDENT and name_tok.is_word(*_NAME_WORDS):
+    if name_tok.kind is Kind.IDENT and name_tok.text.upper() in _NAME_WORDS:
         raise p.error("a TSMA name (a keyword cannot name a TSMA; quote it with backticks)")
     name = p.ident("a TSMA name")
     if not name.name:
