@@ -265,7 +265,9 @@ class Session:
         return self.warehouse.table(self.db_of(name), normalize(name.name))
 
     def constants(self, db: str) -> ConstantContext:
-        return ConstantContext(self.warehouse.database(db).precision, self.timezone, self.clock())
+        return ConstantContext(
+            self.warehouse.database(db).precision, self.timezone, self.clock(), negative_epochs=self.dialect == "2.x"
+        )
 
     def _tag_values(self, stable: TableInfo, spec: ast.ChildTableDef, ctx: ConstantContext) -> dict[str, Any]:
         tags = {t.name: t for t in stable.tags}

@@ -102,6 +102,28 @@ def test_a_bad_value_in_a_bulk_list_is_named_at_its_position_and_writes_nothing(
     assert len(rows(warehouse)) == 1
 
 
+@pytest.mark.parametrize(
+    "values",
+    ["(-1648791211000, 1, 1, true, 'a', 'b')", "(-1648791211001, 1, 1, true, 'a', 'b') (1648791211001, 2, 1, true, 'a', 'b')",
+     "(-5000 + 1s, 1, 1, true, 'a', 'b')"],
+)  # fmt: skip
+def test_a_negative_epoch_is_refused_by_the_3x_dialect_and_read_by_the_2x_one(
+    sql_session: Session, warehouse: Warehouse, values: str
+) -> None:
+    three = sql_session
+    three.execute(SCHEMA)
+    with pytest.raises(WriteRejectedError, match="invalid timestamp format for ts: a negative epoch") as caught:
+        three.execute(f"insert into c1 values {values}")
+    assert (caught.value.line, caught.value.column) == (1, 24)
+    assert rows(warehouse) == []  # the valid row of the statement is not written either
+    # a time before 1970 written as a string is a time like any other
+    three.execute("insert into c1 values ('1969-12-31 23:59:59', 1, 1, true, 'a', 'b')")
+    assert [r[1] for r in rows(warehouse)] == [-1000]  # epoch milliseconds
+    two = Session(warehouse, database="d", timezone="UTC", dialect="2.x")  # writes need no Spark
+    two.execute(f"insert into c1 values {values}")
+    assert min(r[1] for r in rows(warehouse)) < -1000
+
+
 # ---------------------------------------------------------------- the vectorised reading
 
 _CTX = ConstantContext("ms", resolve_timezone("UTC"), 0)

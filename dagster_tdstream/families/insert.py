@@ -210,8 +210,8 @@ def _vectorised(literals: pa.Array, col: ast.ColumnDef) -> pa.Array | None:
         extremes = pc.min_max(numbers)
         low, high = extremes["min"].as_py(), extremes["max"].as_py()
         assert bounds is not None
-        if low is not None and (low < bounds[0] or high > bounds[1]):
-            return None  # the per-value rule says which value and why
+        if low is not None and (low < bounds[0] or high > bounds[1] or (name == "TIMESTAMP" and low < 0)):
+            return None  # the per-value rule says which value and why (a negative epoch: per dialect)
         return numbers.cast(arrow_type(col.type))
     if name in ("FLOAT", "DOUBLE"):
         if not all_match(_DECIMAL):
@@ -272,8 +272,30 @@ def _literal(text: str) -> ast.Literal:
 
 def typed_value(expr: ast.Expr, col: ast.ColumnDef, ctx: ConstantContext) -> Any:
     """A written value (an INSERT value, a tag value) in the column's type, or the error at it."""
+    first = _first_operand(expr)
+    if col.type.name == "TIMESTAMP" and not ctx.negative_epochs and _is_negative_number(first):
+        raise WriteRejectedError(
+            f"invalid timestamp format for {col.name}: a negative epoch number (write a time before 1970 "
+            "as a string, e.g. '1969-12-31 23:59:59')",
+            line=first.pos.line or None,
+            column=first.pos.column or None,
+        )
     value = evaluate(expr, ctx, timestamp=col.type.name == "TIMESTAMP")
     try:
         return coerce(value, col.type, col.name)
     except ValueTypeError as exc:
         raise WriteRejectedError(str(exc), line=expr.pos.line or None, column=expr.pos.column or None) from None
+
+
+def _first_operand(expr: ast.Expr) -> ast.Expr:
+    """The leftmost operand of a value (``-1000`` of ``-1000 + 1s``): TDengine 3.x reads a time
+    from its first token, which must be a number, a string or now."""
+    while isinstance(expr, ast.Binary):
+        expr = expr.left
+    return expr
+
+
+def _is_negative_number(expr: ast.Expr) -> bool:
+    if isinstance(expr, ast.Unary):
+        return expr.op == "-"
+    return isinstance(expr, ast.Literal) and expr.kind in ("int", "float") and expr.value < 0  # type: ignore[operator]

@@ -25,6 +25,10 @@ class ConstantContext:
     precision: str
     timezone: ZoneInfo
     now_ns: int
+    # whether a written timestamp may be a negative epoch number: 2.x read -1000 as 1 s before
+    # 1970; 3.x's INSERT refuses it ("invalid timestamp format") and takes such a time only as
+    # a string ('1969-12-31 23:59:59')
+    negative_epochs: bool = True
 
     @property
     def now(self) -> int:
