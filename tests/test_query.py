@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -34,6 +35,26 @@ def test_projection_where_on_columns_tags_and_tbname(session: Session) -> None:
         ["2022-04-01 05:33:50.000", "d1002", 222, "SF"],
     ]
     assert result.to_arrow().schema.field("ts").type == pa.timestamp("ms", tz="UTC")
+
+
+def test_back_quoted_names_with_path_and_glob_characters_are_tables_of_their_own(session: Session) -> None:
+    """A back-quoted name may hold / \\ * ? ~: each table keeps its own directory (Spark would
+    read `a*` as a pattern over its neighbours, `a/b` as a folder inside `a`)."""
+    names = ["a", "a*", "a/b", "a\\b", "a~2Fb", "a?"]
+    session.execute("create database `we/ird`; use `we/ird`")
+    for i, name in enumerate(names):
+        session.execute(f"create table `{name}` (ts timestamp, v int); insert into `{name}` values ({i + 1}, {i})")
+    assert [session.query(f"select v from `{name}`").rows for name in names] == [[(i,)] for i in range(len(names))]
+    session.execute("drop table `a/b`")
+    assert session.query("select v from `a`").rows == [(0,)]
+    root = session.warehouse.delta.root
+    assert sorted(p.name for p in (Path(root) / "we~2Fird").iterdir() if not p.name.startswith(".")) == [
+        "a",
+        "a~2A",
+        "a~3F",
+        "a~5Cb",
+        "a~7E2fb",  # names are stored in lower case
+    ]
 
 
 def test_select_star_on_super_and_child_tables(session: Session) -> None:

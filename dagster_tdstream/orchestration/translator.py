@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from dagster import AssetKey, AssetSpec, MetadataValue
 
 from ..storage.registry import StreamDefinition
+
+
+def key_part(name: str) -> str:
+    """A database or table name as an asset key component Dagster can name an op after: a
+    back-quoted name may hold any character, Dagster's names only ``[A-Za-z0-9_]`` (it maps
+    ``-`` and ``.`` itself), so each other character is spelled ``_xHH_`` by its code point."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", lambda m: f"_x{ord(m.group()):x}_", name)
 
 
 def code_version(stream: StreamDefinition) -> str:
@@ -21,7 +29,7 @@ def code_version(stream: StreamDefinition) -> str:
 class DagsterTDStreamTranslator:
     def get_asset_key(self, stream: StreamDefinition) -> AssetKey:
         db, table = stream.output or (stream.db, stream.name)
-        return AssetKey(["tdstream", db, table])
+        return AssetKey(["tdstream", key_part(db), key_part(table)])
 
     def get_asset_spec(self, stream: StreamDefinition) -> AssetSpec:
         trigger_table = stream.trigger_table

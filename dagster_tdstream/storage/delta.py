@@ -1,8 +1,9 @@
 """Delta Lake tables written with delta-rs: one per super table and per normal table.
 
-Owns the physical layout (``<warehouse>/<db>/<table>``), creating tables with the change
-data feed enabled, appends (local ones through ``append.py``), primary-key upserts (MERGE),
-deletes by predicate, reading a snapshot, the version (= WAL offset) and the change feed.
+Owns the physical layout (``<warehouse>/<db>/<table>``, names made safe as path segments),
+creating tables with the change data feed enabled, appends (local ones through
+``append.py``), primary-key upserts (MERGE), deletes by predicate, reading a snapshot, the
+version (= WAL offset) and the change feed.
 Each write is one Delta commit and carries, in its commit info, the newest key it wrote per
 child table (``tdstream.marks``), so the catalog's copy of those marks can always be
 rebuilt from the log. Must not decide *whether* to append or merge, nor know about child
@@ -12,6 +13,7 @@ tables and tags: ``warehouse.py`` does.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -26,6 +28,18 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from .append import CHECKPOINT_INTERVAL, append_commit, commit_actions, log_lines, log_path
+
+# characters a back-quoted name may hold that a path segment must not: separators, Spark's
+# glob characters (it reads paths as patterns), URL syntax and the escape character itself
+_UNSAFE = re.compile(r"[^\w.\- ]|^\.")
+
+
+def path_segment(name: str) -> str:
+    """A database or table name as one directory name: a name is a path segment as it is
+    unless it holds an unsafe character, which becomes ``~`` and its UTF-8 bytes in hex
+    (`a/b*` → ``a~2Fb~2A``), so different names never share a directory."""
+    return _UNSAFE.sub(lambda m: "".join(f"~{b:02X}" for b in m.group().encode()), name)
+
 
 CDF_CONFIG = {
     "delta.enableChangeDataFeed": "true",
@@ -84,7 +98,7 @@ class DeltaStore:
         self._latest: dict[str, tuple[str, int]] = {}  # uri → (table id, newest version seen)
 
     def uri(self, db: str, table: str) -> str:
-        return f"{self.root}/{db}/{table}"
+        return f"{self.root}/{path_segment(db)}/{path_segment(table)}"
 
     def create(self, db: str, table: str, schema: pa.Schema) -> None:
         DeltaTable.create(
@@ -318,7 +332,7 @@ class DeltaStore:
             raise NotImplementedError(f"dropping tables on {urlparse(uri).scheme}:// is not supported")
 
     def drop_database(self, db: str) -> None:
-        uri = f"{self.root}/{db}"
+        uri = f"{self.root}/{path_segment(db)}"
         if is_local(uri):
             shutil.rmtree(local_path(uri), ignore_errors=True)
         else:

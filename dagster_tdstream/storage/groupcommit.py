@@ -27,6 +27,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from .delta import path_segment
+
 SPOOL = ".spool"
 GROUP_KEY = "tdstream.group"  # commit info: the spooled requests a commit wrote
 MAX_GROUP = 512  # requests per commit: bounds one commit's size and a waiter's wait
@@ -56,7 +58,7 @@ class GroupCommit:
 
     def _table_folder(self, db: str, storage: str) -> Path:
         assert self.folder is not None
-        return self.folder / f"{db}.{storage}"
+        return self.folder / f"{path_segment(db)}.{path_segment(storage)}"
 
     def submit(self, db: str, storage: str, rows: pa.Table, after: int) -> Request:
         folder = self._table_folder(db, storage)

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .append import fsync_path
+from .delta import path_segment
 
 PENDING = ".pending"
 WRITE_KEY = "tdstream.write"  # commit info: the intent a commit belongs to
@@ -41,6 +42,11 @@ class StagedTable:
     primary_key: str
     name: str  # a normal table's own name (its marks' key)
 
+    @property
+    def file_name(self) -> str:
+        """The file its staged rows are kept in."""
+        return f"{path_segment(self.db)}.{path_segment(self.storage)}.parquet"
+
 
 @dataclass(frozen=True)
 class Intent:
@@ -49,7 +55,7 @@ class Intent:
     tables: tuple[StagedTable, ...]
 
     def rows(self, table: StagedTable) -> pa.Table:
-        return pq.read_table(self.folder / f"{table.db}.{table.storage}.parquet")
+        return pq.read_table(self.folder / table.file_name)
 
 
 class Intents:
@@ -65,7 +71,7 @@ class Intents:
         building = self.folder / f".{intent_id}"
         building.mkdir(parents=True)
         for table, rows in tables:
-            pq.write_table(rows, building / f"{table.db}.{table.storage}.parquet")
+            pq.write_table(rows, building / table.file_name)
         manifest = [table.__dict__ for table, _ in tables]
         (building / "manifest.json").write_text(json.dumps(manifest))
         for file in building.iterdir():

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 from ..errors import CatalogError
+from .delta import path_segment
 
 WAIT_SECONDS = 120.0  # a merge of a large batch can hold a table this long on 2 cores
 
@@ -63,7 +64,7 @@ class WriteLocks:
         """One table's lock, waited for (bounded) until it is free or ``done()``; yields
         whether it is held."""
         assert self.folder is not None
-        fd = os.open(self.folder / f"{db}.{table}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.folder / f"{path_segment(db)}.{path_segment(table)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = time.monotonic() + WAIT_SECONDS
             # short naps: a holder keeps a table for milliseconds, and a waiter that slept 50 ms
