@@ -97,6 +97,19 @@ def test_disorder_is_reported_not_silently_computed() -> None:
     ignoring.advance(quiet, rows((10, {"s": 1}), (20, {"s": 2})))
     ignoring.advance(quiet, rows((15, {"s": 3})))
     assert quiet.late_from is None
+    # rewriting the newest row is disorder too: ignored under IGNORE_DISORDER, recalculated without
+    ignoring.advance(quiet, [RowChange(20, "update", {"s": 5})])
+    assert quiet.late_from is None
+    trigger.advance(state, [RowChange(20, "update", {"s": 5})])
+    assert state.late_from == 20
+    # within the watermark a row is not disorder; at its edge it is
+    watermarked = StateTrigger(column="s", ignore_disorder=True, watermark=5)
+    marked = RowState()
+    watermarked.advance(marked, rows((10, {"s": 1}), (20, {"s": 2})))
+    watermarked.advance(marked, rows((16, {"s": 3})))
+    assert marked.late_from == 16
+    watermarked.advance(marked, rows((15, {"s": 3})))
+    assert marked.late_from is None
 
 
 def test_state_window_stream_with_late_row_and_pre_filter(session: Session, harness: StreamHarness) -> None:
