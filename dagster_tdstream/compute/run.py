@@ -160,9 +160,12 @@ def compute_triggers(
     if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:
         # results go to the receivers only: no table is written (or created)
         return RunOutcome(len(triggers), len(computable), 0, None, _offsets(triggers), (), results)
-    # windows recalculation showed gone: their output rows are retracted in the same commit
-    retract = [(group_of(t), int(t["wstart"])) for t in triggers if t["event"] == WINDOW_INVALIDATION]
-    retract += [(group_of(t), int(t["wstart"])) for t in computable if int(t["id"]) in empty]
+    # windows recalculation showed gone or left without rows: where the family retracts them,
+    # their output rows are deleted in the same commit; a 3.3.7 stream keeps what it wrote
+    retract: list[tuple[Group, int]] = []
+    if stream.stmt.option(ast.RETRACT_WINDOWS) is not None:
+        retract = [(group_of(t), int(t["wstart"])) for t in triggers if t["event"] == WINDOW_INVALIDATION]
+        retract += [(group_of(t), int(t["wstart"])) for t in computable if int(t["id"]) in empty]
     if not computable and replace_range is None and not retract:
         return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
     if not computable:

@@ -628,6 +628,10 @@ WRITTEN_ROWS = "WRITTEN_ROWS"
 # the legacy streams' INTERVAL … FILL(mode): the windows of a group without rows are written
 # too (3.3.7 fills inside its query instead; ``compute/fill.py``)
 LEGACY_FILL = "LEGACY_FILL"
+# a window that recalculation shows gone (merged, split, too short) or left without rows loses
+# its output row: the legacy streams delete such results, and a TSMA's states must stay equal
+# to the raw rows. A 3.3.7 stream keeps the rows it wrote ("重算时输出表中已经产生的计算结果不会被删除")
+RETRACT_WINDOWS = "RETRACT_WINDOWS"
 
 
 @dataclass(frozen=True)

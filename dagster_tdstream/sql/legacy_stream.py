@@ -406,7 +406,7 @@ def equivalent_stream(
     window = query.window or ast.CountWindow(1)
     assert isinstance(query.source, ast.TableSource)  # validated at CREATE
     clock_closed = stmt.trigger == "FORCE_WINDOW_CLOSE"
-    legacy = ("DELETE_RECALC", ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW)
+    legacy = ("DELETE_RECALC", ast.PARTITION_BY_VALUES, ast.LEGACY_OUTPUT, ast.RECALC_COUNT_WINDOW, ast.RETRACT_WINDOWS)
     options = [ast.StreamOption(name) for name in legacy]
     if stmt.ignore_expired:
         options += [ast.StreamOption("IGNORE_DISORDER"), ast.StreamOption(ast.TABLE_EXPIRY)]

@@ -7,7 +7,7 @@ output table's name. Reads only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..errors import CatalogError
@@ -193,6 +193,8 @@ def _tsma_stream(warehouse: Warehouse, info: StreamInfo, written: ast.CreateTsma
     )
     stmt = parse_statement(sql)
     assert isinstance(stmt, ast.CreateStream)
+    # a window whose rows are all deleted must leave the states, or queries would read them
+    stmt = replace(stmt, options=(*stmt.options, ast.StreamOption(ast.RETRACT_WINDOWS)))
     precision = warehouse.database(info.db).precision
     missing = None if trigger_table is not None else f"{source_db}.{source}"
     return StreamDefinition(info, stmt, trigger_table, precision, missing, "tsma")
