@@ -172,3 +172,30 @@ def test_a_sleep_in_a_phase_lets_max_delay_write_the_open_window(spark: object) 
     }
     result = run_case(case, spark=spark)
     assert result.passed, result.reason
+
+
+def test_checks_of_a_stream_output_after_the_setup_see_its_history_computed(spark: object) -> None:
+    """A check listed after the setup that reads a stream's output sees the stream settled
+    (FILL_HISTORY over the rows the setup wrote); one that reads only the source runs before
+    any stream has (a continuous query whose source is dropped before its first run)."""
+    case = {
+        "id": "setup_checks",
+        "timezone": "UTC",
+        "setup_sql": [
+            "create database d",
+            "use d",
+            "create table t (ts timestamp, v int)",
+            "insert into t values ('2025-01-01 00:00:01', 1) ('2025-01-01 00:00:12', 2) ('2025-01-01 00:00:25', 3)",
+        ],
+        "stream_sql": [
+            "create stream s interval(10s) sliding(10s) from t stream_options(fill_history) into o as"
+            " select _twstart, sum(v) from %%trows"
+        ],
+        "data_sql": [],
+        "expected": [
+            {"after_phase": "setup", "query": "select count(*) from t", "cells": [[0, 0, 3]]},
+            {"after_phase": "setup", "query": "select * from O", "row_count": 2, "cells": [[1, 1, 2]]},
+        ],
+    }
+    result = run_case(case, spark=spark)
+    assert result.passed, result.reason
