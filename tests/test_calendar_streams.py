@@ -103,3 +103,22 @@ def test_legacy_and_tsma_natural_months(warehouse: Warehouse, spark: object) -> 
     assert answer.rows == raw.rows and len(answer.rows) == 5
     metadata = answer.table.schema.metadata if answer.table is not None else None
     assert metadata is not None and metadata.get(b"tdstream.tsma") == b"calm.tm"
+
+
+def test_years_of_monthly_windows_are_monthly_partitions_and_a_few_runs(warehouse: Warehouse, spark: object) -> None:
+    """A 1n stream's asset is partitioned by month: a run may span 32 partitions, so four
+    years of month windows take two runs, not one per window or two (daily partitions)."""
+    session = _session(warehouse, spark)
+    stamps = [f"{2020 + m // 12}-{m % 12 + 1:02d}-10 00:00:00" for m in range(49)]  # 2020-01 … 2024-01
+    session.execute(
+        "create database calr; use calr; create table t (ts timestamp, v int);"
+        "create stream m trigger window_close into months as select _wstart ws, count(*) n from t interval(1n)"
+    )
+    _insert(session, "t", stamps)
+    harness = StreamHarness(warehouse, timezone=ZONE)
+    report = harness.run_until_idle()
+    assert report.failures == [] and report.runs <= 3
+    assert len(output(session, "select * from months")) == 48  # January 2024 is still open
+    (job,) = harness._definitions()
+    partitions = job.asset.partitions_def
+    assert partitions is not None and partitions.get_first_partition_key() == "2020-01"

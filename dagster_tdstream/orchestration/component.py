@@ -59,7 +59,7 @@ class TDStreamComponent(Component, Resolvable):
     spark_master: str | None = None  # sc://… or the warm local server's master; default TDSTREAM_SPARK_MASTER
     spark_config: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
-    partition_grain: str | None = None  # hourly | daily; default chosen from each window
+    partition_grain: str | None = None  # hourly | daily | monthly; default chosen from each window
     max_lag_seconds: float = DEFAULT_MAX_LAG_SECONDS
 
     def get_asset_spec(self, stream: StreamDefinition) -> AssetSpec:

@@ -56,7 +56,7 @@ class TDStreamProject:
     spark_master: str | None = None
     spark_config: dict[str, str] = field(default_factory=dict)
     timezone: str | None = None
-    partition_grain: str | None = None  # hourly | daily; default chosen from each window
+    partition_grain: str | None = None  # hourly | daily | monthly; default chosen from each window
     max_lag_seconds: float = DEFAULT_MAX_LAG_SECONDS  # the lag check's bound (event time)
     notifier: TDStreamNotifier = field(default_factory=TDStreamNotifier)  # NOTIFY delivery settings
 

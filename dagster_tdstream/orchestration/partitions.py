@@ -1,9 +1,10 @@
 """Event-time partitions of a stream's asset.
 
 A window belongs to the partition holding its start. Partitions are coarse (hourly for
-windows under an hour, daily otherwise) so many windows share one and the asset stays far
-below Dagster's partition limits; they start at the day of the trigger table's earliest row
-(or the stream's creation) and run one bucket past today.
+windows under an hour, monthly for windows of four weeks or more — months, years —, daily
+otherwise) so many windows share one and the asset stays far below Dagster's partition
+limits; they start at the day (the month) of the trigger table's earliest row (or the
+stream's creation) and run one bucket past today.
 """
 
 from __future__ import annotations
@@ -20,15 +21,20 @@ from ..triggers.period import PeriodTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.sliding import SlidingPointTrigger
 
-HOURLY, DAILY = "hourly", "daily"
-_FORMATS = {HOURLY: "%Y-%m-%d-%H:%M", DAILY: "%Y-%m-%d"}
-_CRONS = {HOURLY: "0 * * * *", DAILY: "0 0 * * *"}
+HOURLY, DAILY, MONTHLY = "hourly", "daily", "monthly"
+_FORMATS = {HOURLY: "%Y-%m-%d-%H:%M", DAILY: "%Y-%m-%d", MONTHLY: "%Y-%m"}
+_CRONS = {HOURLY: "0 * * * *", DAILY: "0 0 * * *", MONTHLY: "0 0 1 * *"}
 _HOUR_NANOS = 3600 * 10**9
+# a window this long gets monthly partitions: with daily ones a run could take only a window
+# or two (a run spans at most sensors.MAX_RUN_PARTITIONS partitions), so years of history of
+# a 1n or 1y stream took a run per window
+_MONTHLY_NANOS = 28 * 86400 * 10**9
 
 
 def partition_grain(stream: StreamDefinition) -> str:
-    """Hourly for INTERVAL windows under an hour; daily otherwise (row windows have no fixed
-    length, so the coarser bucket keeps the partition count low)."""
+    """Hourly for INTERVAL windows under an hour, monthly for windows of four weeks or more;
+    daily otherwise (row windows have no fixed length, so the coarser bucket keeps the
+    partition count low)."""
     trigger = stream_trigger(stream)
     if isinstance(trigger, PeriodTrigger):
         return HOURLY if trigger.spec.step < _HOUR_NANOS else DAILY
@@ -38,7 +44,10 @@ def partition_grain(stream: StreamDefinition) -> str:
         length = trigger.spec.reach
     else:
         return DAILY
-    return HOURLY if length * PRECISIONS[stream.precision] < _HOUR_NANOS else DAILY
+    nanos = length * PRECISIONS[stream.precision]
+    if nanos < _HOUR_NANOS:
+        return HOURLY
+    return MONTHLY if nanos >= _MONTHLY_NANOS else DAILY
 
 
 def event_time_bounds(warehouse: Warehouse, stream: StreamDefinition) -> tuple[int, int] | None:
@@ -60,6 +69,8 @@ def partitions_for(
 ) -> TimeWindowPartitionsDefinition:
     grain = grain or partition_grain(stream)
     start = earliest_event_time(warehouse, stream).replace(hour=0, minute=0, second=0, microsecond=0)
+    if grain == MONTHLY:
+        start = start.replace(day=1)
     return TimeWindowPartitionsDefinition(
         start=start, fmt=_FORMATS[grain], cron_schedule=_CRONS[grain], timezone="UTC", end_offset=1
     )
