@@ -29,6 +29,8 @@ _HOUR_NANOS = 3600 * 10**9
 # or two (a run spans at most sensors.MAX_RUN_PARTITIONS partitions), so years of history of
 # a 1n or 1y stream took a run per window
 _MONTHLY_NANOS = 28 * 86400 * 10**9
+# the shortest partition of each grain: a run's span in these never covers more partitions
+SHORTEST_PARTITION_NANOS = {HOURLY: _HOUR_NANOS, DAILY: 86400 * 10**9, MONTHLY: _MONTHLY_NANOS}
 
 
 def partition_grain(stream: StreamDefinition) -> str:

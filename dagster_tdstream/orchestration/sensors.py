@@ -44,7 +44,7 @@ from ..triggers.tick import advance_stream
 from .control import adopt_switch, switched_states
 from .instance import tick_instance
 from .live import is_live, live_request
-from .partitions import DAILY, HOURLY, MONTHLY, event_time_bounds, partition_grain, partition_key
+from .partitions import SHORTEST_PARTITION_NANOS, event_time_bounds, partition_grain, partition_key
 from .resources import TDStreamSpark, TDStreamWarehouse
 from .tags import (
     ACTIVE_STATUSES,
@@ -67,8 +67,6 @@ MAX_ATTEMPTS = 3
 # partitions paid 30 s of bookkeeping for windows computed in one second, about as much as
 # 15 runs' fixed cost; 32 keeps a run's bookkeeping below its fixed cost.
 MAX_RUN_PARTITIONS = 32
-# the shortest partition of each grain: a run's span in these never covers more partitions
-_GRAIN_NANOS = {HOURLY: 3600 * 10**9, DAILY: 86400 * 10**9, MONTHLY: 28 * 86400 * 10**9}
 
 
 @dataclass(frozen=True)
@@ -310,7 +308,7 @@ def _first_batch(pending: list[dict[str, Any]], stream: StreamDefinition) -> lis
 
 def _run_span(stream: StreamDefinition) -> int:
     """``MAX_RUN_PARTITIONS`` partitions of the stream's asset, in its event-time precision."""
-    return MAX_RUN_PARTITIONS * _GRAIN_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
+    return MAX_RUN_PARTITIONS * SHORTEST_PARTITION_NANOS[partition_grain(stream)] // PRECISIONS[stream.precision]
 
 
 def recalculation_backfills(
