@@ -124,6 +124,22 @@ def test_time_range_where_bounds_the_query(session: Session, harness: StreamHarn
     assert output(session, "select * from bounded") == []
 
 
+def test_a_lower_time_bound_is_the_start_not_a_row_filter(session: Session, harness: StreamHarness) -> None:
+    """2.x starts the query at its lower bound: no window before it, and the windows after it
+    computed over their whole range — the row at the bound of ``ts > t`` counts, as does an
+    earlier row of the bound's window (TDengine's stream_1970 test); an upper bound filters."""
+    _setup(session)
+    bound = T0 + 30_000
+    session.execute(
+        f"insert into c1 values ({T0 - MINUTE}, 1000, 1) ({T0 + 10_000}, 100, 1) ({bound}, 1, 1) "
+        f"({T0 + MINUTE}, 2, 1) ({T0 + 2 * MINUTE}, 3, 1) ({T0 + 3 * MINUTE}, 4, 1);"
+        f"create table started as select sum(v), count(*) from c1 where ts > {bound} and ts < {T0 + 3 * MINUTE} "
+        "interval(1m)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from started") == [(T0, 101, 2), (T0 + MINUTE, 2, 1), (T0 + 2 * MINUTE, 3, 1)]
+
+
 @pytest.mark.parametrize(
     ("statement", "message"),
     [

@@ -12,7 +12,8 @@ table), the names 2.x gives result columns, and the 3.3.7 CREATE STREAM it is eq
 with one option 3.3.7 does not have: its windows close by the wall clock, not by event time
 (``FORCE_WINDOW_CLOSE``), so each complete window is computed once, when it is over, and a late
 row never recomputes it. ``now`` in the WHERE is the moment the query was created (a time range
-``ts > now and ts <= now + 1h`` bounds the run). No catalog, no I/O.
+``ts > now and ts <= now + 1h`` bounds the run); a lower bound of the primary key is the
+query's start time (FILL_HISTORY(start)), not a row filter. No catalog, no I/O.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..errors import StreamValidationError
 from . import ast
 from .constants import ConstantContext, evaluate
 from .timeunits import Duration
-from .walk import walk
+from .walk import conjuncts, walk
 
 MIN_INTERVAL_NANOS = 10 * 10**6  # 2.x: the shortest window of a continuous query is 10a
 # the aggregate and selector functions of 2.x a continuous query computes per window
@@ -138,14 +139,15 @@ def equivalent_stream(
     trigger = ast.SlidingTrigger(
         sliding=effective_sliding(window), interval=window.interval, interval_offset=window.offset
     )
+    start, where = _start_time(query.where, ctx, timestamp_columns)
     options = [
-        ast.StreamOption("FILL_HISTORY"),
+        ast.StreamOption("FILL_HISTORY", start=None if start is None else ast.Literal(start, "int")),
         ast.StreamOption("IGNORE_DISORDER"),
         ast.StreamOption("IGNORE_NODATA_TRIGGER"),
         ast.StreamOption(ast.FORCE_WINDOW_CLOSE),
     ]
-    if query.where is not None:
-        options.append(ast.StreamOption("PRE_FILTER", expr=fold_time_bounds(query.where, ctx, timestamp_columns)))
+    if where is not None:
+        options.append(ast.StreamOption("PRE_FILTER", expr=fold_time_bounds(where, ctx, timestamp_columns)))
     items = (
         ast.SelectItem(ast.Column("_twstart"), "ts", "_twstart"),
         *(ast.SelectItem(item.expr, result_column_name(item), item.text) for item in query.items),
@@ -170,6 +172,42 @@ def equivalent_stream(
         pos=stmt.pos,
         text=stmt.text,
     )
+
+
+def _start_time(
+    where: ast.Expr | None, ctx: ConstantContext, timestamp_columns: frozenset[str]
+) -> tuple[int | None, ast.Expr | None]:
+    """2.x reads a lower bound of the primary key ANDed into the WHERE (``ts > t``, ``ts >= t``)
+    as the moment the continuous query starts, not as a row filter: no row before it triggers
+    a window, and each window is computed over its whole range — a row at ``t`` itself counts
+    even under ``ts > t`` (TDengine's stream_1970 test). The start (the latest of those bounds)
+    and the rest of the WHERE."""
+    starts: list[int] = []
+    rest: list[ast.Expr] = []
+    for term in conjuncts(where):
+        bound = _lower_bound(fold_time_bounds(term, ctx, timestamp_columns), timestamp_columns)
+        if bound is None:
+            rest.append(term)
+        else:
+            starts.append(bound)
+    remaining = None
+    for term in rest:
+        remaining = term if remaining is None else ast.Binary("AND", remaining, term, pos=term.pos)
+    return (max(starts) if starts else None), remaining
+
+
+def _lower_bound(term: ast.Expr, timestamp_columns: frozenset[str]) -> int | None:
+    if not isinstance(term, ast.Binary):
+        return None
+    if term.op in (">", ">="):
+        column, value = term.left, term.right
+    elif term.op in ("<", "<="):
+        column, value = term.right, term.left
+    else:
+        return None
+    if _is_time(column, timestamp_columns) and isinstance(value, ast.Literal) and value.kind == "int":
+        return int(value.value)  # type: ignore[call-overload]
+    return None
 
 
 def fold_time_bounds(expr: ast.Expr, ctx: ConstantContext, timestamp_columns: frozenset[str]) -> ast.Expr:
