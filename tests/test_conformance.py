@@ -199,3 +199,19 @@ def test_checks_of_a_stream_output_after_the_setup_see_its_history_computed(spar
     }
     result = run_case(case, spark=spark)
     assert result.passed, result.reason
+
+
+def test_a_statement_whose_setup_fails_is_reported_as_such_not_as_accepted(tmp_path: Path) -> None:
+    """An invalid-statement line judged after a setup block that could not be built is
+    neither accepted nor rejected: the report names the line, its block and the error."""
+    (tmp_path / "x_invalid_statements.txt").write_text("select * from nothing_here\nselect * from d.t where\n")
+    (tmp_path / "x_invalid_setup.sql").write_text(
+        "-- [block: good]\ncreate database d;\ncreate table d.t (ts timestamp, v int);\n"
+        "-- [block: broken]\ncreate database $db;\n"
+    )
+    (tmp_path / "x_invalid_statements_sources.tsv").write_text("line\tsetup_block\n1\tbroken\n2\tgood\n")
+    result = run_statements_with_setup(
+        tmp_path / "x_invalid_statements.txt", tmp_path / "x_invalid_setup.sql", expect_valid=False
+    )
+    assert not result.passed
+    assert result.reason.startswith("1 line(s) whose setup block failed: lines 1 (block broken: error at line 1")

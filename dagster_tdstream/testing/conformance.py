@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast as pyast
 import contextlib
+import dataclasses
 import json
 import math
 import operator
@@ -85,16 +86,18 @@ def run_statements_with_setup(path: Path, setup: Path, *, expect_valid: bool, sp
     block_of = _setup_block_column(sources) if sources.exists() else {}
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     wrong = []
+    unbuilt: list[str] = []  # lines whose setup failed: neither accepted nor rejected
     for number, line in enumerate(lines, start=1):
-        block = blocks.get(block_of.get(number, ""), "")
+        name = block_of.get(number, "")
+        block = blocks.get(name, "")
         with tempfile.TemporaryDirectory(prefix="tdstream-stmt-") as tmp:
             warehouse = Warehouse(str(Path(tmp) / "warehouse"))
             try:
                 session = Session(warehouse, spark=LazySpark(session=spark))
                 try:
                     session.execute(block)
-                except Exception:  # rejected, or a bug: the state the line needs is not built
-                    wrong.append(number)
+                except Exception as exc:  # rejected, or a bug: the state the line needs is not built
+                    unbuilt.append(f"{number} (block {name}: {str(exc).splitlines()[0][:160]})")
                     continue
                 try:
                     session.execute(line)
@@ -108,7 +111,12 @@ def run_statements_with_setup(path: Path, setup: Path, *, expect_valid: bool, sp
                 warehouse.close()
         if accepted != expect_valid:
             wrong.append(number)
-    return _statements_result(path, len(lines), wrong, "rejected" if expect_valid else "accepted", started)
+    result = _statements_result(path, len(lines), wrong, "rejected" if expect_valid else "accepted", started)
+    if not unbuilt:
+        return result
+    failed_setup = f"{len(unbuilt)} line(s) whose setup block failed: lines {'; '.join(unbuilt[:10])}"
+    reason = f"{result.reason}; {failed_setup}" if result.reason else failed_setup
+    return dataclasses.replace(result, passed=False, reason=reason)
 
 
 def _statements_result(path: Path, lines: int, wrong: list[int], verb: str, started: float) -> CaseResult:
