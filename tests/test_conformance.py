@@ -215,3 +215,19 @@ def test_a_statement_whose_setup_fails_is_reported_as_such_not_as_accepted(tmp_p
     )
     assert not result.passed
     assert result.reason.startswith("1 line(s) whose setup block failed: lines 1 (block broken: error at line 1")
+
+
+def test_an_expected_error_the_tokenizer_already_raises_is_that_error(spark: object) -> None:
+    case = {
+        "id": "untokenizable",
+        "timezone": "UTC",
+        "setup_sql": ["create database d", "use d"],
+        "stream_sql": [],
+        "data_sql": [],
+        "expected": [
+            {"after_phase": "setup", "query": "CREATE TSMA T*\\-sma129_ ON d.t FUNCTION(count(c1)) INTERVAL(5m); ",
+             "expect_error": True},
+        ],
+    }  # fmt: skip
+    result = run_case(case, spark=spark)
+    assert result.passed, result.reason

@@ -439,7 +439,10 @@ def _fill(template: str, names: dict[str, int]) -> str:
 
 def _check(session: Session, check: dict[str, Any], history: dict[str, list[list[Any]]]) -> None:
     # transcribed queries sometimes carry a remark after the statement ("…; (each database)")
-    parts = split_statements(check["query"])
+    try:
+        parts = split_statements(check["query"])
+    except TDStreamError:  # not even tokens: the statement as written (an expected error, say)
+        parts = []
     query = parts[0].text if parts else check["query"]
     label = f"after {check.get('after_phase')}: {query[:80]}"
     schema_of = re.match(r"(?i)^schema of (.+)$", query)
