@@ -30,8 +30,10 @@ from deltalake.exceptions import TableNotFoundError
 from .append import CHECKPOINT_INTERVAL, append_commit, commit_actions, log_lines, log_path
 
 # characters a back-quoted name may hold that a path segment must not: separators, Spark's
-# glob characters (it reads paths as patterns), URL syntax and the escape character itself
-_UNSAFE = re.compile(r"[^\w.\- ]|^\.")
+# glob characters (it reads paths as patterns), URL syntax, control characters, the escape
+# character itself and a leading dot (hidden, or . and ..); every other name keeps the
+# directory it always had
+_UNSAFE = re.compile(r'[/\\*?\[\]{}:%~#"<>|\x00-\x1f]|^\.')
 
 
 def path_segment(name: str) -> str:
