@@ -542,20 +542,17 @@ def test_window_close_fills_the_windows_without_rows_as_the_query_does(
     assert harness.run_until_idle().failures == []
     # the progress (65 s) closed [0, 10) … [40, 50): the gap before 40 s is filled, [50, 60) is
     # not written until the window after it is
+    firsts = _first_windows(session)
     for i, fill in enumerate(FILLS):
-        group = _group_id(session, i, "t1")
-        written = output(session, f"select ws from fo{i} where group_id = {group} order by ws")
-        assert [w - W0 for (w,) in written] == [0, 10_000, 20_000, 30_000, 40_000], fill
+        written = _written_per_child(session, i, firsts)["t1"]
+        assert [row[0] - W0 for row in written] == [0, 10_000, 20_000, 30_000, 40_000], fill
     session.execute(f"insert into t1 values ({W0 + 95_000}, 3, 3) t2 values ({W0 + 45_000}, 5, 5)")
     assert harness.run_until_idle().failures == []
     for i, fill in enumerate(FILLS):
-        for child, groups in (("t1", 0), ("t2", 1)):
-            end = W0 + (70_000 if groups == 0 else 40_000)
+        written = _written_per_child(session, i, firsts)
+        for child, end in (("t1", W0 + 70_000), ("t2", W0 + 40_000)):
             query = f"select _wstart, count(*), sum(a), max(b) from {child} where ts < {end} interval(10s) fill({fill})"
-            expected = output(session, query)
-            group = _group_id(session, i, child)
-            written = output(session, f"select ws, c, s, m from fo{i} where group_id = {group} order by ws")
-            assert written == expected, (fill, child)
+            assert written[child] == output(session, query), (fill, child)
 
 
 def test_a_late_window_refills_the_filled_windows_around_it(session: Session, harness: StreamHarness) -> None:
@@ -574,18 +571,33 @@ def test_a_late_window_refills_the_filled_windows_around_it(session: Session, ha
     # late rows: t1's in the middle of its filled windows, t2's next to its last real window
     session.execute(f"insert into t1 values ({W0 + 25_000}, 100, 100) t2 values ({W0 + 31_000}, 7, 7)")
     assert harness.run_until_idle().failures == []
+    firsts = _first_windows(session)
     for i, fill in enumerate(FILLS):
+        written = _written_per_child(session, i, firsts)
         for child, end in (("t1", W0 + 60_000), ("t2", W0 + 50_000)):
             query = f"select _wstart, count(*), sum(a), max(b) from {child} where ts < {end} interval(10s) fill({fill})"
-            group = _group_id(session, i, child)
-            written = output(session, f"select ws, c, s, m from fo{i} where group_id = {group} order by ws")
-            assert written == output(session, query), (fill, child)
+            assert written[child] == output(session, query), (fill, child)
 
 
-def _group_id(session: Session, index: int, child: str) -> int:
-    """The output child table of a source child table: the one holding its first window."""
-    (first, total), *_ = output(session, f"select _wstart, sum(a) from {child} interval(10s)")
-    return output(session, f"select group_id from fo{index} where ws = {first} and s = {total}")[0][0]
+def _first_windows(session: Session) -> dict[str, tuple[int, int]]:
+    """Each source child table's first window and its sum(a): what names its output table."""
+    firsts: dict[str, tuple[int, int]] = {}
+    for child, start, total in output(
+        session, "select tbname, _wstart, sum(a) from st partition by tbname interval(10s)"
+    ):
+        firsts[child] = min(firsts.get(child, (start, total)), (start, total))
+    return firsts
+
+
+def _written_per_child(
+    session: Session, index: int, firsts: dict[str, tuple[int, int]]
+) -> dict[str, list[tuple[object, ...]]]:
+    """A stream's output rows per source child table (the output table holding the source's
+    first window), in window order."""
+    rows = output(session, f"select group_id, ws, c, s, m from fo{index} order by ws")
+    group_of = {child: {g for g, ws, _, s, _ in rows if (ws, s) == first} for child, first in firsts.items()}
+    assert all(len(groups) == 1 for groups in group_of.values()), group_of
+    return {child: [row[1:] for row in rows if row[0] in groups] for child, groups in group_of.items()}
 
 
 def test_force_window_close_fills_each_window_the_clock_closes(warehouse: object, spark: object) -> None:
