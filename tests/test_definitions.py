@@ -67,7 +67,7 @@ def test_every_stream_becomes_a_partitioned_asset_and_a_sensor(tmp_path: Path) -
     assert sorted(s.name for s in defs.sensors) == ["d__fast__trigger", "d__slow__trigger", "tdstream_live_worker"]
     assert [job.name for job in defs.jobs or []] == ["tdstream_live_worker"]
     # due on every pass of the daemon (which waits 5 s between passes by itself)
-    assert defs.get_sensor_def("d__fast__trigger").minimum_interval_seconds == 1
+    assert defs.resolve_sensor_def("d__fast__trigger").minimum_interval_seconds == 1
     assert set(defs.resources) == {"tdstream_warehouse", "tdstream_spark", "tdstream_notifier"}
 
 
@@ -171,7 +171,7 @@ def test_the_code_location_loads_the_demo_stream_and_the_feeder_writes(
         "tdstream_live_worker",
         "demo_meter_feeder",
     }
-    feeder = defs.get_sensor_def("demo_meter_feeder")
+    feeder = defs.resolve_sensor_def("demo_meter_feeder")
     warehouse = TDStreamWarehouse(uri=str(tmp_path / "wh"))
     result = feeder.evaluate_tick(build_sensor_context(resources={"tdstream_warehouse": warehouse}))
     assert result.skip_message == "wrote 12 readings into power.meters"
