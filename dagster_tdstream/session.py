@@ -574,7 +574,8 @@ class Session:
         db = None
         if stmt.what != "DATABASES":
             db = normalize(stmt.db) if stmt.db else self.db_of()
-            self.warehouse.database(db)
+            if db not in SYSTEM_DATABASES:  # USEd and listed like any database, never created
+                self.warehouse.database(db)
         if stmt.what == "STREAMS" and self.control is not None:
             self.control.reconcile(self.warehouse)
         if stmt.what == "STREAMS" and self.dialect == "2.x" and stmt.like is None:

@@ -205,6 +205,12 @@ def test_show_describe_and_drop(sql_session: Session, warehouse: Warehouse) -> N
         sql_session.execute("create database performance_schema")
     assert (refused.value.line, refused.value.column) == (1, 1)
     assert sql_session.execute("use performance_schema")[0].message == "Database changed to performance_schema"
+    # a system database shows what it holds: no stables, streams or TSMAs of a user's
+    for what in ("tables", "stables", "streams", "tsmas"):
+        assert sql_session.query(f"show {what}").rows == [], what
+    system_tables = sql_session.query("show information_schema.tables").rows
+    assert {r[0] for r in system_tables} >= {"ins_tables", "ins_tsmas", "ins_streams"}
+    assert {(r[1], r[6]) for r in system_tables} == {("information_schema", "SYSTEM_TABLE")}
     sql_session.execute("use d")
     assert [(r[0], r[3], r[4]) for r in sql_session.query("show stables").rows] == [("st", 4, 2)]
     assert [(r[0], r[4], r[6]) for r in sql_session.query("show d.tables").rows] == [
