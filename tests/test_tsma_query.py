@@ -63,17 +63,19 @@ def _same_as_raw(session: Session, query: str, raws: dict[str, Result] | None = 
     """The query's rows equal the raw query's; the TSMA it read (None: the raw rows). ``raws``
     keeps raw answers across passes over unchanged data (the raw side is not under test)."""
     answer = session.query(query)
-    raw = _raw(session, query, {} if raws is None else raws)
-    assert _tsma_of(raw) is None
-    assert _rows(answer) == _rows(raw), query
-    assert answer.columns == raw.columns
+    _compare_with_raw(session, query, answer, {} if raws is None else raws)
     return _tsma_of(answer)
 
 
-def _raw(session: Session, query: str, raws: dict[str, Result]) -> Result:
+def _compare_with_raw(session: Session, query: str, answer: Result, raws: dict[str, Result]) -> Result:
+    """The raw query's answer (kept in ``raws``), holding the same rows and columns."""
     if query not in raws:
         raws[query] = session.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1))
-    return raws[query]
+    raw = raws[query]
+    assert _tsma_of(raw) is None
+    assert _rows(answer) == _rows(raw), query
+    assert answer.columns == raw.columns
+    return raw
 
 
 # (query, the TSMA it reads; None: the raw rows)
@@ -158,10 +160,7 @@ def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(
         spark_queries.clear()
         answer = session.query(query)
         by_spark = bool(spark_queries)
-        raw = _raw(session, query, raws)
-        assert _tsma_of(raw) is None
-        assert _rows(answer) == _rows(raw), query
-        assert answer.columns == raw.columns
+        raw = _compare_with_raw(session, query, answer, raws)
         read[query] = _tsma_of(answer)
         if not by_spark:  # finished here, in the raw query's order too (keys, NULL first, then windows)
             finished.add(query)

@@ -173,12 +173,10 @@ def _tsmas(warehouse: Warehouse, db: str | None) -> list[list[object]]:
 
 
 def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
-    if db in SYSTEM_DATABASES:  # SHOW TABLES there: its system tables, as TDengine lists them
-        return (
-            [[name, db, None, len(schema), None, None, "SYSTEM_TABLE"] for name, schema in _SCHEMAS.items()]
-            if db == SYSTEM_DB
-            else []
-        )
+    if db == SYSTEM_DB:  # SHOW TABLES there: its system tables, as TDengine lists them
+        return [[name, db, None, len(schema), None, None, "SYSTEM_TABLE"] for name, schema in _SCHEMAS.items()]
+    if db in SYSTEM_DATABASES:  # performance_schema's perf_* tables are not provided
+        return []
     hidden = tsma_outputs(warehouse)
     return [
         [
