@@ -51,6 +51,28 @@ def test_every_client_adopts_the_one_warm_server(spark: object, spark_home: Path
     assert str(spark_home / "spark-connect.log") in shown.output
 
 
+def test_runs_of_a_process_reuse_the_sessions_earlier_runs_released(spark: object) -> None:
+    """A run's session goes back to the process when the run ends and the next run with the
+    same settings gets it; other settings get a session of their own."""
+    from dagster import build_init_resource_context
+
+    from dagster_tdstream import TDStreamSpark
+
+    def run(resource: TDStreamSpark) -> object:
+        resource.setup_for_execution(build_init_resource_context())
+        session = resource.spark_session
+        resource.release()
+        return session
+
+    first = run(TDStreamSpark())
+    assert run(TDStreamSpark()) is first
+    other = run(TDStreamSpark(spark_config={"spark.sql.shuffle.partitions": "2"}))
+    assert other is not first
+    assert other.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert first.conf.get("spark.sql.shuffle.partitions") == "4"
+    assert first.sql("select 41 + 1 AS v").collect()[0].v == 42
+
+
 def test_an_unreachable_endpoint_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     endpoint = f"sc://127.0.0.1:{free_port()}"
     with pytest.raises(SparkUnavailableError, match=f"Spark Connect endpoint {endpoint} is not reachable"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from typing import Any
@@ -12,7 +11,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
 from pydantic import Field, PrivateAttr
 
-from ..compute.spark import build_spark_session, spark_endpoint
+from ..compute.spark import acquire_spark_session, release_spark_session, spark_endpoint
 from ..sql.timeunits import resolve_timezone
 from ..storage.registry import StreamDefinition
 from ..storage.warehouse import METADATA_ENV, Warehouse, resolve_warehouse_uri
@@ -59,7 +58,7 @@ class TDStreamSpark(PySparkResource):
     ``sc://host:port`` URL, or the master (``local[2]``, ``spark://host:7077``) of the local
     Connect server kept beside ``warehouse``; unset, ``TDSTREAM_SPARK_MASTER`` then ``local[2]``.
     The session is opened on first use (a sensor only checks the endpoint), never with a JVM of
-    its own, and released on the server when the run ends (``release``)."""
+    its own, and handed back for the process's next run when the run ends (``release``)."""
 
     master: str | None = None
     warehouse: str | None = None
@@ -71,7 +70,7 @@ class TDStreamSpark(PySparkResource):
     @property
     def spark_session(self) -> Any:
         if self._spark_session is None:
-            self._spark_session = build_spark_session(self.master, conf=self._conf(), warehouse=self.warehouse)
+            self._spark_session = acquire_spark_session(self.master, self._conf(), warehouse=self.warehouse)
         return self._spark_session
 
     def endpoint(self) -> str:
@@ -80,12 +79,11 @@ class TDStreamSpark(PySparkResource):
         return spark_endpoint(self.master, warehouse=self.warehouse, conf=self._conf())
 
     def release(self) -> None:
-        """Ends the server side of the session (its views and settings); the run calls it when
-        it is done. A resource teardown would make this a context-manager resource, which
-        sensor contexts would then have to open as one."""
+        """Hands the session back for the process's next run (``release_spark_session``); the
+        run calls it when it is done. A resource teardown would make this a context-manager
+        resource, which sensor contexts would then have to open as one."""
         if self._spark_session is not None:
-            with contextlib.suppress(Exception):
-                self._spark_session.stop()
+            release_spark_session(self._spark_session)
             self._spark_session = None
 
     def _conf(self) -> dict[str, str]:
