@@ -141,7 +141,6 @@ def release_spark_session(session: Any) -> None:
         if idle is not None and len(idle) < POOL_SIZE:
             idle.append((time.monotonic(), session))
             return
-        _KEYS.pop(id(session), None)
     _stop(session)
 
 

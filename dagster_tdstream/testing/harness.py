@@ -10,6 +10,7 @@ has anything left to do. Used by the tests, the conformance runner and ``tdstrea
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import time
@@ -73,20 +74,20 @@ def _instance_yaml(root: Path) -> str:
     )
 
 
-# an empty instance made once per process, copied for each harness: creating an instance's
-# SQLite schemas took 0.9 s, a copy of the files opens in 0.17 s (the conformance runner and
-# the tests make a harness per case)
-_TEMPLATE: list[tempfile.TemporaryDirectory[str]] = []
+@functools.cache
+def _template() -> tempfile.TemporaryDirectory[str]:
+    """An empty instance made once per process, copied for each harness: creating an
+    instance's SQLite schemas took 0.9 s, a copy of the files opens in 0.17 s (the conformance
+    runner and the tests make a harness per case)."""
+    folder = tempfile.TemporaryDirectory(prefix="tdstream-dagster-template-")
+    (Path(folder.name) / "dagster.yaml").write_text(_instance_yaml(Path(folder.name)))
+    DagsterInstance.local_temp(folder.name).dispose()
+    return folder
 
 
 def _fresh_instance(root: Path) -> DagsterInstance:
     """An empty Dagster instance with its storage in ``root`` (created here)."""
-    if not _TEMPLATE:
-        _TEMPLATE.append(tempfile.TemporaryDirectory(prefix="tdstream-dagster-template-"))
-        template = Path(_TEMPLATE[0].name)
-        (template / "dagster.yaml").write_text(_instance_yaml(template))
-        DagsterInstance.local_temp(str(template)).dispose()
-    shutil.copytree(_TEMPLATE[0].name, root)
+    shutil.copytree(_template().name, root)
     (root / "dagster.yaml").write_text(_instance_yaml(root))
     return DagsterInstance.local_temp(str(root))
 
