@@ -31,7 +31,7 @@ from .errors import (
     TDStreamError,
     WriteRejectedError,
 )
-from .families import continuous_query, legacy_stream, tsma, tsma_query, vtable
+from .families import continuous_query, legacy_stream, server_options, tsma, tsma_query, vtable
 from .families.client_options import ClientOptions
 from .families.insert import execute_insert, typed_value
 from .families.maintenance import execute_maintain
@@ -41,6 +41,7 @@ from .sql.constants import ConstantContext, evaluate
 from .sql.dialect import DIALECTS, as_dialect
 from .sql.keep_column_name import keep_column_names
 from .sql.parser import parse_statement_text
+from .sql.text import show_like
 from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
 from .sql.translate import OutputColumn, TranslationContext, translate_select
@@ -584,10 +585,7 @@ class Session:
         if stmt.what in ("TABLES", "VTABLES"):
             table = _tables_shown(table, stmt)
         if stmt.like is not None:
-            import fnmatch
-
-            glob = stmt.like.lower().replace("%", "*").replace("_", "?")
-            keep = [fnmatch.fnmatchcase(str(v), glob) for v in table.column(0).to_pylist()]
+            keep = [show_like(str(v), stmt.like) for v in table.column(0).to_pylist()]
             table = table.filter(pa.array(keep, pa.bool_()))
         types = {c.name: c.type.name for c in system_schema(name)}
         arrays = [
@@ -745,6 +743,12 @@ class Session:
 
     def _exec_alterlocal(self, stmt: ast.AlterLocal) -> Result:
         return Result(message=self.options.alter(stmt))
+
+    def _exec_alterdnode(self, stmt: ast.AlterDnode) -> Result:
+        return server_options.alter(self.warehouse, stmt)
+
+    def _exec_showvariables(self, stmt: ast.ShowVariables) -> Result:
+        return server_options.show(self.warehouse, stmt)
 
     def _exec_killstream(self, stmt: ast.KillStream) -> Result:
         return continuous_query.kill(self, stmt)

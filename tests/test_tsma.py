@@ -159,12 +159,31 @@ def test_show_tsmas_ins_tsmas_and_the_hidden_output(session: Session) -> None:
     assert [r[0] for r in output(session, "show stables")] == ["meters"]
     # each TSMA is a stream under its own name (SHOW STREAMS, its Dagster asset)
     assert sorted(r[0] for r in output(session, "show streams")) == ["t1h", "t5", "tn"]
-    # the names are unique across databases, and at most three exist
+    # the names are unique across databases, and at most maxTsmaNum exist: a server option,
+    # 10 by default as in TDengine 3.3.7, lowered here for every session of the warehouse
     session.execute("create database other; create table other.nt (ts timestamp, v int)")
     with pytest.raises(TDStreamError, match="SMA already exists"):
         session.execute("create tsma T5 on other.nt function(sum(v)) interval(10m)")
-    with pytest.raises(TDStreamError, match="Tsma num exceeded: at most 3"):
-        session.execute("create tsma t4 on other.nt function(sum(v)) interval(10m)")
+    assert output(session, "show variables like 'maxtsma%'") == [("maxTsmaNum", "10", "server")]
+    session.execute("alter all dnodes 'maxTsmaNum' '3'")
+    other = Session(warehouse=session.warehouse, spark=session.spark)
+    assert output(other, "show dnode 1 variables like 'maxTsmaNum'") == [(1, "maxTsmaNum", "3", "server")]
+    with pytest.raises(TDStreamError, match="Tsma num exceeded: at most 3") as refused:
+        other.execute("create tsma t4 on other.nt function(sum(v)) interval(10m)")
+    assert (refused.value.line, refused.value.column) == (1, 1)
+    session.execute("alter dnode 1 'maxTsmaNum 4'")
+    other.execute("create tsma t4 on other.nt function(sum(v)) interval(10m)")
+    assert len(output(session, "select * from information_schema.ins_tsmas")) == 4
+    for statement, error in (
+        ("alter all dnodes 'maxTsmaNum' '11'", "maxTsmaNum is a whole number from 0 to 10, got '11'"),
+        ("alter dnode 1 'maxTsmaNum' 'many'", "maxTsmaNum is a whole number from 0 to 10"),
+        ("alter dnode 2 'maxTsmaNum' '5'", "Dnode does not exist: dnode 2"),
+        ("alter all dnodes 'noSuchOption' '1'", "Invalid config option: 'noSuchOption'"),
+        ("show dnode 3 variables", "Dnode does not exist: dnode 3"),
+    ):
+        with pytest.raises(TDStreamError, match=error):
+            session.execute(statement)
+    assert output(session, "show variables") == [("maxTsmaNum", "4", "server")]
 
 
 def test_a_back_quoted_tsma_name_with_any_characters_runs_and_queries_read_it(

@@ -22,6 +22,7 @@ from ..storage.catalog import StreamInfo, TableInfo
 from ..storage.registry import tsma_root
 from ..storage.system import tsma_outputs, tsma_statements
 from .register import checked_stream, register_with_output
+from .server_options import max_tsma_num
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -67,10 +68,12 @@ def create(session: Session, stmt: ast.CreateTsma) -> Result:
         if stmt.if_not_exists:
             return Result(message="OK (TSMA exists)")
         raise _fail(CatalogError, f"SMA already exists: a TSMA or stream named {name} exists", stmt.name.pos)
-    if len(existing) >= tsma.MAX_TSMAS:
+    limit = max_tsma_num(warehouse)
+    if len(existing) >= limit:
         raise _fail(
             StreamValidationError,
-            f"Tsma num exceeded: at most {tsma.MAX_TSMAS} TSMAs may exist (maxTsmaNum); drop one first",
+            f"Tsma num exceeded: at most {limit} TSMAs may exist (maxTsmaNum); drop one first "
+            "or raise it with ALTER ALL DNODES 'maxTsmaNum' 'n'",
             stmt.pos,
         )
     created_at = session.clock() // 10**6

@@ -454,6 +454,24 @@ class AlterLocal(Statement):
 
 
 @dataclass(frozen=True)
+class AlterDnode(Statement):
+    """``ALTER DNODE id 'name' 'value'`` or ``ALTER ALL DNODES …`` (``dnode`` None): a server
+    option."""
+
+    dnode: int | None
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class ShowVariables(Statement):
+    """``SHOW VARIABLES`` (the cluster's options) or ``SHOW DNODE id VARIABLES`` [LIKE pattern]."""
+
+    dnode: int | None
+    like: str | None = None
+
+
+@dataclass(frozen=True)
 class Show(Statement):
     """SHOW DATABASES | STABLES | TABLES | STREAMS | TSMAS | [NORMAL | CHILD] VTABLES [in db]
     [LIKE pattern]."""

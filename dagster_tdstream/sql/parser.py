@@ -612,19 +612,21 @@ class _Parser:
         where = self.expression() if self.accept_word("WHERE") else None
         return ast.Delete(name, where)
 
-    def alter(self) -> ast.AlterTableSetTags | ast.AlterTags | ast.AlterLocal | ast.AlterVirtualColumn:
+    def alter(
+        self,
+    ) -> ast.AlterTableSetTags | ast.AlterTags | ast.AlterLocal | ast.AlterDnode | ast.AlterVirtualColumn:
         self.expect_word("ALTER")
         if self.accept_word("VTABLE"):
             return parse_alter_vtable(self)
         if self.accept_word("LOCAL"):
-            first = self.string("an option name in quotes, e.g. 'querySmaOptimize'")
-            if self.peek().kind is Kind.STRING:
-                return ast.AlterLocal(first.strip(), self.string("a value"))
-            name, _, value = first.strip().partition(" ")
-            if not value.strip():
-                raise self.error("the option's value: ALTER LOCAL 'name' 'value'")
-            return ast.AlterLocal(name, value.strip())
-        self.expect_word("TABLE", "STABLE", "VTABLE")
+            return ast.AlterLocal(*self.option_pair("ALTER LOCAL 'name' 'value'", "'querySmaOptimize'"))
+        if self.accept_words("ALL", "DNODES"):
+            return ast.AlterDnode(None, *self.option_pair("ALTER ALL DNODES 'name' 'value'", "'maxTsmaNum'"))
+        if self.accept_word("DNODE"):
+            dnode = self.integer("a dnode id")
+            return ast.AlterDnode(dnode, *self.option_pair("ALTER DNODE id 'name' 'value'", "'maxTsmaNum'"))
+        if self.accept_word("TABLE", "STABLE") is None:
+            raise self.error("TABLE, STABLE, VTABLE, LOCAL, DNODE or ALL DNODES")
         name = self.qualified_name()
         if self.accept_words("ADD", "TAG"):
             return ast.AlterTags(name, added=self.column_def())
@@ -633,6 +635,16 @@ class _Parser:
         if not self.accept_words("SET", "TAG"):
             raise self.error("SET TAG name = value, ADD TAG name type or DROP TAG name")
         return self.tag_assignments(name)
+
+    def option_pair(self, form: str, example: str) -> tuple[str, str]:
+        """An option and its value: ``'name' 'value'`` or TDengine's one-string ``'name value'``."""
+        first = self.string(f"an option name in quotes, e.g. {example}")
+        if self.peek().kind is Kind.STRING:
+            return first.strip(), self.string("a value")
+        name, _, value = first.strip().partition(" ")
+        if not value.strip():
+            raise self.error(f"the option's value: {form}")
+        return name, value.strip()
 
     def tag_assignments(self, name: ast.QualifiedName) -> ast.AlterTableSetTags:
         """``name = value, …`` after SET TAG (ALTER TABLE and ALTER VTABLE)."""
@@ -644,7 +656,7 @@ class _Parser:
 
         return ast.AlterTableSetTags(name, tuple(self.comma_list(assignment)))
 
-    def show(self) -> ast.Show:
+    def show(self) -> ast.Show | ast.ShowVariables:
         self.expect_word("SHOW")
         db = None
         if self.peek().kind in (Kind.IDENT, Kind.QUOTED_IDENT) and self.peek(1).is_op("."):
@@ -652,7 +664,15 @@ class _Parser:
             self.next()
         if is_vtables(self):
             return parse_show_vtables(self, db)
-        what_tok = self.expect_word("DATABASES", "STABLES", "TABLES", "VTABLES", "STREAMS", "TSMAS")
+        if db is None and self.accept_word("DNODE"):
+            dnode = self.integer("a dnode id")
+            self.expect_word("VARIABLES")
+            return ast.ShowVariables(dnode, self.string("a LIKE pattern") if self.accept_word("LIKE") else None)
+        if db is None and self.accept_word("VARIABLES"):
+            return ast.ShowVariables(None, self.string("a LIKE pattern") if self.accept_word("LIKE") else None)
+        what_tok = self.accept_word("DATABASES", "STABLES", "TABLES", "STREAMS", "TSMAS")
+        if what_tok is None:
+            raise self.error("DATABASES, STABLES, TABLES, VTABLES, STREAMS, TSMAS, VARIABLES or DNODE id VARIABLES")
         what = what_tok.upper
         if what == "DATABASES" and db:
             raise self.fail_at("SHOW DATABASES takes no database prefix", what_tok)

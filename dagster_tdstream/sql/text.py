@@ -7,6 +7,8 @@ expression is named by its text, and NOTIFY ... WHERE may refer to it by that te
 
 from __future__ import annotations
 
+import fnmatch
+
 from . import ast
 
 
@@ -60,3 +62,9 @@ def expr_text(expr: ast.Expr) -> str:
 def name_key(text: str) -> str:
     """How result-column names compare: case and white space do not matter."""
     return "".join(text.split()).lower()
+
+
+def show_like(name: str, pattern: str) -> bool:
+    """Whether SHOW … LIKE 'pattern' lists ``name``: ``%`` any run, ``_`` one character, case
+    ignored (names are stored lower-case; TDengine's option names are not)."""
+    return fnmatch.fnmatchcase(name.lower(), pattern.lower().replace("%", "*").replace("_", "?"))

@@ -29,7 +29,6 @@ TSMA_FUNCTIONS = ("min", "max", "sum", "first", "last", "avg", "count", "spread"
 NUMERIC_FUNCTIONS = ("sum", "avg", "stddev", "spread")
 OUTPUT_SUFFIX = "_tsma_res_stb_"
 MAX_NAME_LENGTH = 192 - len(OUTPUT_SUFFIX)  # the output super table's name must fit in 192
-MAX_TSMAS = 3  # TDengine's maxTsmaNum (default and maximum)
 # the output super table's tag holding the source table's name (TDengine names it tbname,
 # which is reserved here)
 TBNAME_TAG = "tsma_tbname"
