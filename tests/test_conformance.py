@@ -25,11 +25,6 @@ KNOWN_GAPS = {
     "notify_max_delay_window_close_events_match_result_table": (
         "its setup is a prose description of the data (random tags), not SQL"
     ),
-    "cq_show_streams_exec_time_null_before_1970_data": (
-        "2.x computes a continuous query's history one window per launch, so right after CREATE its exec time "
-        "is still before 1970, which the 2.x Python client shows as NULL; here the history is computed in one "
-        "run and exec time is the latest window's start"
-    ),
 }
 
 

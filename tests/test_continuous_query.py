@@ -25,6 +25,7 @@ from dagster_tdstream import (
     subscription_sensor,
 )
 from dagster_tdstream.cli.main import main
+from dagster_tdstream.compute.spark import LazySpark
 from dagster_tdstream.errors import StreamValidationError, SubscriptionError, TDStreamError
 from dagster_tdstream.sql.intervals import IntervalSpec
 from dagster_tdstream.sql.timeunits import Duration
@@ -73,6 +74,7 @@ def test_continuous_query_computes_history_and_each_window_once(session: Session
         ["count___", "BIGINT", 8, ""],
         ["mx", "FLOAT", 4, ""],
     ]
+    harness.advance_clock(10)  # a continuous query first computes 10 s after CREATE
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from res") == [(T0, 1.0, 1, 1.5), (T0 + MINUTE, 3.0, 1, 2.5)]
     # a late row into a computed window never recomputes it (2.x), c2 is filtered by its tag
@@ -110,6 +112,7 @@ def test_group_by_tbname_writes_one_child_table_per_group(session: Session, harn
         f"insert into c1 values ({T0}, 1, 1) ({T0 + 1000}, 2, 2) c2 values ({T0}, 5, 5);"
         "create table per_table as select sum(v) from st interval(1m) group by tbname"
     )
+    harness.advance_clock(10)  # a continuous query first computes 10 s after CREATE
     assert harness.run_until_idle().failures == []
     rows = sorted(output(session, "select ts, sum_v_, tag_tbname from per_table"), key=lambda r: r[2])
     assert rows == [(T0, 3, "c1"), (T0, 5, "c2")]
@@ -120,8 +123,41 @@ def test_time_range_where_bounds_the_query(session: Session, harness: StreamHarn
     _setup(session)
     session.execute(f"insert into c1 values ({T0}, 1, 1)")
     session.execute("create table bounded as select count(*) from c1 where ts > now - 1h interval(1m)")
+    harness.advance_clock(10)  # a continuous query first computes 10 s after CREATE
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from bounded") == []
+
+
+def test_an_upper_time_bound_ends_the_query_once_its_last_window_is_computed(
+    warehouse: Warehouse, spark: object
+) -> None:
+    """``ts <= now + 1m`` is the query's end: once the wall clock has closed the window that
+    holds it and that window is written, the query stops by itself (2.x closes the stream): it
+    leaves SHOW STREAMS, its result table stays, later rows change nothing."""
+    created = (T0 + 5_000) * 10**6  # the clock of CREATE (ns): 5 s into a minute
+    session = Session(warehouse, timezone="UTC", spark=LazySpark(session=spark), clock=lambda: created)
+    harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: created)
+    _setup(session)
+    session.execute(
+        f"insert into c1 values ({T0}, 1, 1) ({T0 + MINUTE}, 2, 2) ({T0 + 2 * MINUTE}, 3, 3);"
+        "create table ending as select count(*), sum(v) from c1 where ts <= now + 1m interval(1m)"
+    )
+    harness.advance_clock(10)  # the first computation: no window is over yet
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from ending") == []
+    harness.advance_clock(60)  # T0 + 75 s: the first minute is over
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from ending") == [(T0, 1, 1)]
+    assert [r[0] for r in output(session, "show streams")] == ["ending"]
+    harness.advance_clock(60)  # T0 + 135 s: past the end of the window holding T0 + 65 s
+    assert harness.run_until_idle().failures == []
+    # the row at T0 + 2m is after the end time: never computed
+    assert output(session, "select * from ending") == [(T0, 1, 1), (T0 + MINUTE, 1, 2)]
+    assert output(session, "show streams") == []
+    session.execute(f"insert into c1 values ({T0 + 1}, 10, 1)")
+    harness.advance_clock(10 * 60)
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from ending") == [(T0, 1, 1), (T0 + MINUTE, 1, 2)]
 
 
 def test_a_lower_time_bound_is_the_start_not_a_row_filter(session: Session, harness: StreamHarness) -> None:
@@ -136,6 +172,7 @@ def test_a_lower_time_bound_is_the_start_not_a_row_filter(session: Session, harn
         f"create table started as select sum(v), count(*) from c1 where ts > {bound} and ts < {T0 + 3 * MINUTE} "
         "interval(1m)"
     )
+    harness.advance_clock(10)  # a continuous query first computes 10 s after CREATE
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from started") == [(T0, 101, 2), (T0 + MINUTE, 2, 1), (T0 + 2 * MINUTE, 3, 1)]
 
@@ -200,7 +237,8 @@ def test_two_x_dialect_leads_interval_results_with_the_window_start(session: Ses
 
 
 def test_two_x_show_streams(session: Session, harness: StreamHarness) -> None:
-    """SHOW STREAMS in the 2.x dialect: 2.x's columns; exec time the latest window computed."""
+    """SHOW STREAMS in the 2.x dialect: 2.x's columns; exec time the latest window computed,
+    NULL until the first computation, 10 s after CREATE (2.x's streamCompStartDelay)."""
     _setup(session)
     session.execute(f"insert into c1 values ({T0}, 1, 1) ({T0 + MINUTE}, 2, 2)")
     session.execute("create table per_minute as select count(*) from c1 interval(1m)")
@@ -210,6 +248,11 @@ def test_two_x_show_streams(session: Session, harness: StreamHarness) -> None:
         "streamId", "user", "dest table", "ip:port", "created time", "exec time", "time(us)", "sql", "cycles",
     ]  # fmt: skip
     assert before.display_rows(two_x.timezone)[0][5] is None
+    # as in 2.x, nothing is computed until 10 s after CREATE: no exec time yet, no rows
+    assert harness.run_until_idle().failures == []
+    assert two_x.query("show streams").display_rows(two_x.timezone)[0][5] is None
+    assert output(session, "select * from per_minute") == []
+    harness.advance_clock(10)
     assert harness.run_until_idle().failures == []
     row = two_x.query("show streams").display_rows(two_x.timezone)[0]
     assert row[0] == "0:1" and row[2] == "cq.per_minute" and row[8] == 2
@@ -356,6 +399,7 @@ def test_a_stream_created_again_under_its_name_starts_over(session: Session, har
         "create stream s interval(2m) sliding(2m) from c stream_options(fill_history) into o as"
         " select _twstart, sum(v) from %%trows"
     )
+    harness.advance_clock(10)  # a continuous query first computes 10 s after CREATE
     assert harness.run_until_idle().failures == []
     expected = [(T0, 2, 3), (T0 + 2 * MINUTE, 1, 4)]
     assert output(session, "select * from r") == expected
@@ -365,6 +409,7 @@ def test_a_stream_created_again_under_its_name_starts_over(session: Session, har
         "drop stream s; drop table o; create stream s interval(2m) sliding(2m) from c stream_options(fill_history)"
         " into o as select _twstart, sum(v) from %%trows"
     )
+    harness.advance_clock(10)  # a continuous query first computes 10 s after CREATE
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from r") == expected
     assert output(session, "select * from o") == [(T0, 3)]

@@ -40,7 +40,7 @@ from ..storage.catalog import TICK_ERROR
 from ..storage.registry import StreamDefinition, load_stream
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import TriggerTableMissingError
-from ..triggers.tick import advance_stream
+from ..triggers.tick import advance_stream, ends_at, first_launch
 from .control import adopt_switch, switched_states
 from .instance import tick_instance
 from .live import is_live, live_request
@@ -120,6 +120,12 @@ def build_trigger_sensor(
         stream = runnable_stream(warehouse, stream_key, instance, name)
         if isinstance(stream, SkipReason):
             return stream
+        launch = first_launch(stream)
+        if launch is not None and clock() < launch:
+            return SkipReason(
+                f"{stream_key} computes for the first time in {(launch - clock()) / 1e9:.1f} s "
+                "(a continuous query waits 10 s after CREATE, as 2.x does)"
+            )
         cursor = TriggerCursor.load(context.cursor)
         created = stream.info.created_at
         if not context.cursor or cursor.created != created:
@@ -135,6 +141,7 @@ def build_trigger_sensor(
             return _keep_live(instance, warehouse, stream, asset, partitions, tdstream_spark, cursor, clock)
         deadline = time.monotonic() + time_budget_seconds
         offset = cursor.offset
+        ticked_at = clock()
         try:
             while True:
                 tick = advance_stream(warehouse, stream, offset, max_offsets=offsets_per_step, clock=clock)
@@ -145,6 +152,13 @@ def build_trigger_sensor(
         except Exception as exc:
             return tick_failed(warehouse, stream_key, exc)
         tick_succeeded(warehouse, stream)
+        end = ends_at(stream)
+        if end is not None and ticked_at >= end and tick.pending == 0:
+            # every window up to its end time was fired by these ticks and computed: 2.x closes
+            # the continuous query (it leaves SHOW STREAMS; its result table stays)
+            with warehouse.catalog.transaction() as conn:
+                warehouse.catalog.drop_stream(conn, stream.info.db, stream.info.name)
+            return SkipReason(f"{stream_key} computed every window up to its end time and stopped, as 2.x stops it")
         new_cursor = TriggerCursor(offset, created=created).dump()
         backfills = recalculation_backfills(warehouse, stream, asset, partitions)
         answer = pending_runs(instance, warehouse, stream, partitions)

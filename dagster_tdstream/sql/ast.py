@@ -616,6 +616,14 @@ class CreateStream(Statement):
         return None
 
 
+# not a 3.3.7 option either: a 2.x continuous query computes for the first time this long
+# after CREATE (2.x's client option streamCompStartDelay, 10 s); until then it has computed
+# nothing, and SHOW STREAMS shows no exec time
+FIRST_LAUNCH_DELAY = "FIRST_LAUNCH_DELAY"
+# not a 3.3.7 option either: a 2.x continuous query whose WHERE bounds the primary key from
+# above ends when every window up to that time (``start``: the last time a row may have) has
+# been computed — 2.x closes the stream, which then leaves SHOW STREAMS
+END_TIME = "END_TIME"
 # not a 3.3.7 option either: the legacy TRIGGER AT_ONCE, every write computes the windows it
 # touches (the engine's MAX_DELAY with no delay)
 AT_ONCE = "AT_ONCE"

@@ -9,10 +9,13 @@ table), the names 2.x gives result columns, and the 3.3.7 CREATE STREAM it is eq
       STREAM_OPTIONS(FILL_HISTORY | IGNORE_DISORDER | IGNORE_NODATA_TRIGGER [| PRE_FILTER(where)])
       INTO res AS SELECT _twstart ts, <items, named as 2.x names them> FROM %%trows
 
-with one option 3.3.7 does not have: its windows close by the wall clock, not by event time
+with options 3.3.7 does not have: its windows close by the wall clock, not by event time
 (``FORCE_WINDOW_CLOSE``), so each complete window is computed once, when it is over, and a late
-row never recomputes it. ``now`` in the WHERE is the moment the query was created (a time range
-``ts > now and ts <= now + 1h`` bounds the run); a lower bound of the primary key is the
+row never recomputes it; it first computes 10 s after CREATE (``FIRST_LAUNCH_DELAY``, 2.x's
+streamCompStartDelay); an upper bound of the primary key in the WHERE is also its end
+(``END_TIME``): once every window up to it is computed, the query stops by itself. ``now`` in
+the WHERE is the moment the query was created (a time range ``ts > now and ts <= now + 1h``
+bounds the run); a lower bound of the primary key is the
 query's start time (FILL_HISTORY(start)), not a row filter. No catalog, no I/O.
 """
 
@@ -28,6 +31,7 @@ from .timeunits import Duration
 from .walk import conjuncts, walk
 
 MIN_INTERVAL_NANOS = 10 * 10**6  # 2.x: the shortest window of a continuous query is 10a
+FIRST_LAUNCH_DELAY = Duration(10, "s")  # 2.x's streamCompStartDelay (default 10,000 ms)
 # the aggregate and selector functions of 2.x a continuous query computes per window
 FUNCTIONS = frozenset(
     {
@@ -145,9 +149,14 @@ def equivalent_stream(
         ast.StreamOption("IGNORE_DISORDER"),
         ast.StreamOption("IGNORE_NODATA_TRIGGER"),
         ast.StreamOption(ast.FORCE_WINDOW_CLOSE),
+        ast.StreamOption(ast.FIRST_LAUNCH_DELAY, duration=FIRST_LAUNCH_DELAY),
     ]
     if where is not None:
-        options.append(ast.StreamOption("PRE_FILTER", expr=fold_time_bounds(where, ctx, timestamp_columns)))
+        folded = fold_time_bounds(where, ctx, timestamp_columns)
+        options.append(ast.StreamOption("PRE_FILTER", expr=folded))
+        end = _end_time(folded, timestamp_columns)
+        if end is not None:
+            options.append(ast.StreamOption(ast.END_TIME, start=ast.Literal(end, "int")))
     items = (
         ast.SelectItem(ast.Column("_twstart"), "ts", "_twstart"),
         *(ast.SelectItem(item.expr, result_column_name(item), item.text) for item in query.items),
@@ -208,6 +217,23 @@ def _lower_bound(term: ast.Expr, timestamp_columns: frozenset[str]) -> int | Non
     if _is_time(column, timestamp_columns) and isinstance(value, ast.Literal) and value.kind == "int":
         return int(value.value)  # type: ignore[call-overload]
     return None
+
+
+def _end_time(where: ast.Expr, timestamp_columns: frozenset[str]) -> int | None:
+    """The last time a row may have under the upper bounds of the primary key ANDed into the
+    (folded) WHERE (``ts < t``: t - 1, ``ts <= t``: t), the earliest of them; None without one.
+    2.x closes the query once the window holding it has been computed."""
+    ends: list[int] = []
+    for term in conjuncts(where):
+        if not isinstance(term, ast.Binary) or term.op not in ("<", "<=", ">", ">="):
+            continue
+        column, value, op = term.left, term.right, term.op
+        if not _is_time(column, timestamp_columns):  # ``t > ts`` is ``ts < t``
+            column, value, op = term.right, term.left, {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+        bounded = op in ("<", "<=") and _is_time(column, timestamp_columns)
+        if bounded and isinstance(value, ast.Literal) and value.kind == "int":
+            ends.append(int(value.value) - (op == "<"))  # type: ignore[call-overload]
+    return min(ends) if ends else None
 
 
 def fold_time_bounds(expr: ast.Expr, ctx: ConstantContext, timestamp_columns: frozenset[str]) -> ast.Expr:

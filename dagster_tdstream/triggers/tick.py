@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..sql import ast
 from ..sql.timeunits import PRECISIONS
 from ..storage import vfeed, written
 from ..storage.catalog import TableInfo
@@ -85,6 +86,28 @@ def first_unread(stream: StreamDefinition, last_offset: int | None) -> int:
     """The first WAL offset a stream has not processed: the one after its last, or (nothing
     processed yet) the first it owns, recorded at CREATE."""
     return stream.info.start_offset if last_offset is None else last_offset + 1
+
+
+def first_launch(stream: StreamDefinition) -> int | None:
+    """When (ns) a stream that waits after CREATE (``FIRST_LAUNCH_DELAY``: 2.x continuous
+    queries) may first compute; None for every other stream."""
+    delay = stream.stmt.option(ast.FIRST_LAUNCH_DELAY)
+    if delay is None or delay.duration is None:
+        return None
+    return stream.info.created_at * 10**6 + delay.duration.nanos
+
+
+def ends_at(stream: StreamDefinition) -> int | None:
+    """When (ns of processing time) a stream with an end time (``END_TIME``: 2.x continuous
+    queries bounded from above) has fired every window it ever will: the end of the last
+    window holding its last time, as its windows close by the clock. None for other streams."""
+    end = stream.stmt.option(ast.END_TIME)
+    if end is None or end.start is None:
+        return None
+    trigger = stream_trigger(stream)
+    assert isinstance(trigger, WindowTrigger)  # continuous queries are INTERVAL streams
+    last = int(end.start.value)  # type: ignore[call-overload]
+    return trigger.spec.end(trigger.spec.floor(last)) * PRECISIONS[stream.precision]
 
 
 def advance_stream(
