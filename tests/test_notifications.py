@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import websocket
 from websockets.sync.server import ServerConnection, serve
 
@@ -25,7 +26,7 @@ from dagster_tdstream.notify.events import json_value
 from dagster_tdstream.notify.messages import pack
 from dagster_tdstream.orchestration.notifications import TDStreamNotifier
 
-from .conftest import Receiver, free_port, output
+from .conftest import Receiver, assert_rejected, free_port, output
 
 T = 1700000000000
 SCHEMA = "create database d; use d; create stable st (ts timestamp, v int, w int) tags (g int);"
@@ -573,3 +574,62 @@ def test_datetime_results_become_epochs_in_the_precision() -> None:
 
     moment = datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     assert json_value(moment, "ms") == T and json_value(moment, "us") == T * 1000
+
+
+def test_legacy_streams_send_the_legacy_message_and_pause_on_failure_by_default(
+    session: Session, warehouse: Warehouse, spark: object, receiver: Receiver
+) -> None:
+    """A legacy stream's NOTIFY sends the legacy message (``windowId``, ``windowType``: the
+    same id for a window's open and close); ON_FAILURE is PAUSE unless DROP is written."""
+    harness = StreamHarness(warehouse, timezone="UTC", notifier=TDStreamNotifier(backoff_seconds=0, timeout_seconds=5))
+    session.execute(
+        SCHEMA + "create table a using st tags (1);"
+        "create stream s trigger window_close into out as select _wstart, count(*) n from st partition by tbname "
+        f"interval(10s) notify ('{receiver.url}') on ('window_open', 'window_close');"
+        "create stream s2 trigger at_once into out2 as select _wstart, count(*) n from a state_window(w) "
+        f"notify ('{receiver.url}') on ('WINDOW_CLOSE') notify_history 0 on_failure drop;"
+        f"insert into a values ({T}, 1, 0) ({T + 5000}, 2, 0) ({T + 10000}, 3, 1)"
+    )
+    assert harness.run_until_idle().failures == []
+    uid = session.warehouse.catalog.get_table("d", "a").uid
+    child = session.query("select table_name from information_schema.ins_tables where stable_name = 'out'").rows[0][0]
+    opened, closed, opened2 = receiver.events("s")
+    assert opened == {
+        "tableName": child, "eventType": "WINDOW_OPEN", "eventTime": opened["eventTime"],
+        "windowId": f"{uid}:{T}", "windowType": "Time", "groupId": str(uid), "windowStart": T,
+    }  # fmt: skip
+    assert closed == {
+        "tableName": child, "eventType": "WINDOW_CLOSE", "eventTime": closed["eventTime"],
+        "windowId": f"{uid}:{T}", "windowType": "Time", "groupId": str(uid), "windowStart": T,
+        "windowEnd": T + 10000, "result": {"_wstart": T, "n": 2},
+    }  # fmt: skip
+    assert (opened2["windowId"], opened2["windowStart"]) == (f"{uid}:{T + 10000}", T + 10000)
+    (state_closed,) = receiver.events("s2")
+    assert _fields([state_closed], "eventType", "windowType", "windowStart", "windowEnd", "curState", "nextState") == [
+        ("WINDOW_CLOSE", "State", T, T + 5000, 0, 1)
+    ]
+    assert "triggerId" not in state_closed and state_closed["result"]["n"] == 2
+    # the receiver goes away: s, with the legacy default PAUSE, stops; s2 (DROP) goes on
+    receiver.stop()
+    session.execute(f"insert into a values ({T + 20000}, 4, 2)")
+    assert harness.run_until_idle().failures == []
+    states = dict(session.query("select stream_name, status from information_schema.ins_streams").rows)
+    assert states == {"s": "Paused", "s2": "Running"}
+
+
+@pytest.mark.parametrize(
+    ("notify", "message"),
+    [
+        ("notify ('ws://127.0.0.1:1') on ('window_close') notify_options(on_failure_pause)", "3.3.7 syntax"),
+        ("notify ('ws://127.0.0.1:1') on ('window_close') notify_history 2", "NOTIFY_HISTORY is 0 or 1, got 2"),
+        ("notify ('ws://127.0.0.1:1') on ('on_time')", "an event type (WINDOW_OPEN | WINDOW_CLOSE)"),
+        ("notify ('ws://127.0.0.1:1') on ('window_close') on_failure drop on_failure pause", "ON_FAILURE given twice"),
+    ],
+)
+def test_legacy_notify_options_are_checked(sql_session: Session, notify: str, message: str) -> None:
+    sql_session.execute(SCHEMA)
+    assert_rejected(
+        sql_session,
+        f"create stream s into out as select _wstart, count(*) from st interval(10s) {notify}",
+        message,
+    )

@@ -1,11 +1,12 @@
 """Notification events: what a run's triggers and results tell the NOTIFY receivers.
 
 Owns the event objects of TDengine's protocol (``tableName``, ``eventType``, ``eventTime``,
-``triggerId``, ``triggerType``, ``groupId`` and per trigger type ``windowStart``/``windowEnd``,
-``prevState``/``curState``/``nextState``, ``triggerCondition``, ``result``), which triggers
-notify (``ON``, ``NOTIFY_HISTORY``, ``WHERE`` on the result), and how result values become
-JSON (NaN and infinities as null, decimals as exact strings, bytes as text or hex). Reads no
-tables and sends nothing: the run records these in the outbox, ``delivery.py`` sends them.
+``triggerId``, ``triggerType`` — for legacy streams ``windowId``, ``windowType`` —,
+``groupId`` and per trigger type ``windowStart``/``windowEnd``, ``prevState``/``curState``/
+``nextState``, ``triggerCondition``, ``result``), which triggers notify (``ON``,
+``NOTIFY_HISTORY``, ``WHERE`` on the result), and how result values become JSON (NaN and
+infinities as null, decimals as exact strings, bytes as text or hex). Reads no tables and sends
+nothing: the run records these in the outbox, ``delivery.py`` sends them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ TRIGGER_TYPES = {
     "COUNT_WINDOW": "Count",
 }
 WINDOW_TRIGGERS = ("INTERVAL", "SESSION", "STATE_WINDOW", "EVENT_WINDOW", "COUNT_WINDOW")
+# the legacy (3.0–3.3.6) message names the window (``windowId``, ``windowType``) where 3.3.7
+# names the trigger
+WINDOW_TYPES = {
+    "INTERVAL": "Time",
+    "SESSION": "Session",
+    "STATE_WINDOW": "State",
+    "EVENT_WINDOW": "Event",
+    "COUNT_WINDOW": "Count",
+}
 
 
 def notified_event_types(stmt: ast.CreateStream) -> tuple[str, ...]:
@@ -110,10 +120,15 @@ def notification_events(
         elif kind == ON_TIME and ON_TIME in wanted:
             events += _with_results(stream, t, ON_TIME, rows, note.where, f"{tid}:time")
     return [
-        Notification(stream.key, url, f"{source}:{key}", event["triggerId"], json.dumps(event, separators=(",", ":")))
+        Notification(stream.key, url, f"{source}:{key}", _id(event), json.dumps(event, separators=(",", ":")))
         for key, event in events
         for url in note.urls
     ]
+
+
+def _id(event: Mapping[str, Any]) -> str:
+    """The trigger's id (3.3.7) or the window's (legacy): the same value under either name."""
+    return str(event["triggerId"] if "triggerId" in event else event["windowId"])
 
 
 def _with_results(
@@ -153,10 +168,16 @@ def _event(
         "tableName": _table_name(stream, group),
         "eventType": event_type,
         "eventTime": int(trigger.get("fired_at") or 0) // 1_000_000,
-        "triggerId": str(trigger["trigger_id"]),
-        "triggerType": TRIGGER_TYPES[kind],
-        "groupId": str(group.group_id),
     }
+    if stream.family == "legacy_stream":
+        # the id is the group's and the window's start: the same for a window's open and close
+        # events and after a restart, as the legacy documentation promises
+        event["windowId"] = str(trigger["trigger_id"])
+        event["windowType"] = WINDOW_TYPES[kind]
+    else:
+        event["triggerId"] = str(trigger["trigger_id"])
+        event["triggerType"] = TRIGGER_TYPES[kind]
+    event["groupId"] = str(group.group_id)
     if event_type != ON_TIME:
         event["windowStart"] = trigger["wstart"]
         if event_type != WINDOW_OPEN:

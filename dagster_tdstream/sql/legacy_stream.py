@@ -39,6 +39,7 @@ REFUSED_FUNCTIONS = (
 WINDOW_NAMES = {"_wstart": "_twstart", "_wend": "_twend", "_wduration": "_twduration"}
 OPTION_WORDS = ("TRIGGER", "WATERMARK", "IGNORE EXPIRED", "IGNORE UPDATE", "DELETE_MARK", "FILL_HISTORY")
 MIN_MAX_DELAY_NS = 5 * 10**9
+LEGACY_EVENT_TYPES = ("WINDOW_OPEN", "WINDOW_CLOSE")
 TABLE_NAME_LENGTH = 192  # TDengine's tbname: VARCHAR(192)
 
 
@@ -118,7 +119,7 @@ def parse_legacy_stream(p: Parser, name: ast.QualifiedName, if_not_exists: bool)
             p.expect_op(")")
     p.expect_word("AS")
     query = p.select()
-    notification = p.notification() if p.peek().is_word("NOTIFY") else None
+    notification = _notification(p) if p.peek().is_word("NOTIFY") else None
     return ast.CreateLegacyStream(
         name=name,
         if_not_exists=if_not_exists,
@@ -147,6 +148,39 @@ def _flag(p: Parser, word: str) -> bool:
         p.next()
         return tok.text == "1"
     raise p.error(f"0 or 1 after {word}")
+
+
+def _notification(p: Parser) -> ast.Notification:
+    """``NOTIFY (url, …) ON (event_type, …) [NOTIFY_HISTORY 0|1] [ON_FAILURE DROP|PAUSE]``: the
+    legacy options as the 3.3.7 ones they are — NOTIFY_HISTORY 1 is NOTIFY_HISTORY, and a legacy
+    stream pauses on failure unless ON_FAILURE DROP (3.3.7 drops unless ON_FAILURE_PAUSE)."""
+    p.expect_word("NOTIFY")
+    urls = tuple(p.parenthesized(lambda: p.string("a quoted WebSocket URL")))
+    on = p.event_type_list(LEGACY_EVENT_TYPES) if p.accept_word("ON") else ()
+    history, pause, given = False, True, set()
+    while True:
+        tok = p.peek()
+        if tok.is_word("NOTIFY_OPTIONS", "WHERE"):
+            raise p.fail_at(
+                f"{tok.upper} after NOTIFY is the 3.3.7 syntax; a legacy stream takes NOTIFY_HISTORY 0|1 "
+                "and ON_FAILURE DROP|PAUSE",
+                tok,
+            )
+        if p.accept_word("NOTIFY_HISTORY", "ON_FAILURE") is None:
+            break
+        if tok.upper in given:
+            raise p.fail_at(f"{tok.upper} given twice", tok)
+        given.add(tok.upper)
+        if tok.upper == "NOTIFY_HISTORY":
+            value_tok = p.peek()
+            value = p.integer("NOTIFY_HISTORY 0 or 1")
+            if value not in (0, 1):
+                raise p.fail_at(f"NOTIFY_HISTORY is 0 or 1, got {value}", value_tok)
+            history = value == 1
+        else:
+            pause = p.expect_word("DROP", "PAUSE").upper == "PAUSE"
+    options = (("NOTIFY_HISTORY",) if history else ()) + (("ON_FAILURE_PAUSE",) if pause else ())
+    return ast.Notification(urls, on, None, options)
 
 
 def _tag(p: Parser) -> ast.LegacyTag:
