@@ -26,7 +26,7 @@ from ..storage.catalog import Notification
 from ..storage.registry import StreamDefinition
 from ..storage.types import float32_value
 from ..triggers.conditions import ConditionError, ResultRow, holds
-from ..triggers.engine import RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, WINDOW_OPEN
+from ..triggers.engine import MAX_DELAY, RECALC, WINDOW_CLOSE, WINDOW_INVALIDATION, WINDOW_OPEN
 from ..triggers.sliding import ON_TIME
 
 TRIGGER_TYPES = {
@@ -105,6 +105,9 @@ def notification_events(
         return []
     wanted = notified_event_types(stream.stmt)
     windowed = stream.stmt.trigger.kind in WINDOW_TRIGGERS
+    # a legacy stream notifies WINDOW_CLOSE with every result it writes (TDengine's legacy
+    # engine adds the event to each result block), an open window's under MAX_DELAY or AT_ONCE too
+    pushed = (RECALC, MAX_DELAY) if stream.family == "legacy_stream" else (RECALC,)
     events: list[tuple[str, dict[str, Any]]] = []
     for t in triggers:
         tid = int(t["id"])
@@ -115,7 +118,7 @@ def notification_events(
         elif kind in (WINDOW_INVALIDATION, RECALC) and windowed:
             # a window recalculation removed or changed: receivers drop what they had of it
             events.append((f"{tid}:invalid", _event(stream, t, WINDOW_INVALIDATION, None)))
-        if (kind == WINDOW_CLOSE or (kind == RECALC and windowed)) and WINDOW_CLOSE in wanted:
+        if (kind == WINDOW_CLOSE or (kind in pushed and windowed)) and WINDOW_CLOSE in wanted:
             events += _with_results(stream, t, WINDOW_CLOSE, rows, note.where, f"{tid}:close")
         elif kind == ON_TIME and ON_TIME in wanted:
             events += _with_results(stream, t, ON_TIME, rows, note.where, f"{tid}:time")
