@@ -120,10 +120,10 @@ def build_trigger_sensor(
         stream = runnable_stream(warehouse, stream_key, instance, name)
         if isinstance(stream, SkipReason):
             return stream
-        launch = first_launch(stream)
-        if launch is not None and clock() < launch:
+        launch, now = first_launch(stream), clock()
+        if launch is not None and now < launch:
             return SkipReason(
-                f"{stream_key} computes for the first time in {(launch - clock()) / 1e9:.1f} s "
+                f"{stream_key} computes for the first time in {(launch - now) / 1e9:.1f} s "
                 "(a continuous query waits 10 s after CREATE, as 2.x does)"
             )
         cursor = TriggerCursor.load(context.cursor)

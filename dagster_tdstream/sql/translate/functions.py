@@ -173,6 +173,17 @@ OTHER = {
 }
 
 
+# how many TSMAs may exist: families/server_options.py owns the option
+TSMA_LIMIT = (
+    "At most `maxTsmaNum` TSMAs exist at once. TDengine 3.3.7's taosd defaults it to 10 (range",
+    "0–10); the spec's TSMA page gives 3, the value of the release that introduced TSMAs and of",
+    "TDengine's TSMA tests, which set it explicitly. Here it is a server option of the warehouse:",
+    "`ALTER ALL DNODES 'maxTsmaNum' 'n'` or `ALTER DNODE 1 'maxTsmaNum' 'n'` (the warehouse is one",
+    "dnode, id 1) sets it for every session, `SHOW VARIABLES [LIKE 'p']` and `SHOW DNODE 1",
+    "VARIABLES` show it.",
+)
+
+
 def sql_support_markdown() -> str:
     """``docs/sql-support.md``: what the translator supports, from the tables above."""
     lines = [
@@ -220,6 +231,7 @@ def sql_support_markdown() -> str:
     lines += [
         f"| `{name}` | {', '.join(f'`{kind}_col`' for kind in FUNCTION_STATES[name])} |" for name in TSMA_FUNCTIONS
     ]
+    lines += ["", *TSMA_LIMIT]
     lines += ["", "## Calendar windows", "", *CALENDAR_RULES]
     lines += ["", "## Limits", "", "Beyond them a statement is refused with its position.", ""]
     lines += ["| limit | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in LIMITS.items())]
