@@ -209,11 +209,12 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
         for sql in case.get("stream_sql", []):
             _execute(session, _with_now(sql, now_ms), "stream")
         streams = load_streams(warehouse)
+        # MAX_DELAY, and the 10 s a 2.x continuous query waits after CREATE before it computes
         delays = [
             opt.duration.nanos / 1e9
             for stream in streams
             for opt in stream.stmt.options
-            if opt.name == "MAX_DELAY" and opt.duration is not None
+            if opt.name in ("MAX_DELAY", ast.FIRST_LAUNCH_DELAY) and opt.duration is not None
         ]
         # PERIOD ticks are processing time too: let at least one tick pass after each phase
         delays += [s.stmt.trigger.period.nanos / 1e9 for s in streams if isinstance(s.stmt.trigger, ast.PeriodTrigger)]
@@ -225,13 +226,6 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
             if s.stmt.option(ast.FORCE_WINDOW_CLOSE) is not None
             and isinstance(s.stmt.trigger, ast.SlidingTrigger)
             and s.stmt.trigger.interval is not None
-        ]
-        # a 2.x continuous query computes for the first time 10 s after CREATE
-        delays += [
-            opt.duration.nanos / 1e9
-            for stream in streams
-            for opt in stream.stmt.options
-            if opt.name == ast.FIRST_LAUNCH_DELAY and opt.duration is not None
         ]
         delay = max(delays) + 1 if delays else 0
         setup_checks = [check for check in expected if check.get("after_phase") == "setup"]
