@@ -49,12 +49,21 @@ def _value(warehouse: Warehouse, option: _Option) -> int:
     return option.default if stored is None else int(stored)
 
 
+def _check_dnode(stmt: ast.AlterDnode | ast.ShowVariables) -> None:
+    """The statement names the one dnode (or all of them)."""
+    if stmt.dnode is not None and stmt.dnode != DNODE_ID:
+        raise CatalogError(
+            f"Dnode does not exist: dnode {stmt.dnode} (the warehouse is dnode {DNODE_ID})",
+            line=stmt.pos.line or None,
+            column=stmt.pos.column or None,
+        )
+
+
 def alter(warehouse: Warehouse, stmt: ast.AlterDnode) -> Result:
     """Set a server option on the one dnode; a clear error for another dnode, an option this
     engine does not read, or a value out of range — nothing is changed then."""
+    _check_dnode(stmt)
     where = {"line": stmt.pos.line or None, "column": stmt.pos.column or None}
-    if stmt.dnode is not None and stmt.dnode != DNODE_ID:
-        raise CatalogError(f"Dnode does not exist: dnode {stmt.dnode} (the warehouse is dnode {DNODE_ID})", **where)
     option = _OPTIONS.get(stmt.name.lower())
     if option is None:
         known = ", ".join(o.name for o in _OPTIONS.values())
@@ -72,12 +81,7 @@ def alter(warehouse: Warehouse, stmt: ast.AlterDnode) -> Result:
 
 def show(warehouse: Warehouse, stmt: ast.ShowVariables) -> Result:
     """The server options with their values; SHOW DNODE id VARIABLES adds the dnode's id."""
-    if stmt.dnode is not None and stmt.dnode != DNODE_ID:
-        raise CatalogError(
-            f"Dnode does not exist: dnode {stmt.dnode} (the warehouse is dnode {DNODE_ID})",
-            line=stmt.pos.line or None,
-            column=stmt.pos.column or None,
-        )
+    _check_dnode(stmt)
     options = [o for o in _OPTIONS.values() if stmt.like is None or show_like(o.name, stmt.like)]
     columns: dict[str, pa.Array] = {}
     if stmt.dnode is not None:
