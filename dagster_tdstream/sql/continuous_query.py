@@ -206,17 +206,8 @@ def _start_time(
 
 
 def _lower_bound(term: ast.Expr, timestamp_columns: frozenset[str]) -> int | None:
-    if not isinstance(term, ast.Binary):
-        return None
-    if term.op in (">", ">="):
-        column, value = term.left, term.right
-    elif term.op in ("<", "<="):
-        column, value = term.right, term.left
-    else:
-        return None
-    if _is_time(column, timestamp_columns) and isinstance(value, ast.Literal) and value.kind == "int":
-        return int(value.value)  # type: ignore[call-overload]
-    return None
+    bound = _time_comparison(term, timestamp_columns)
+    return bound[1] if bound is not None and bound[0] in (">", ">=") else None
 
 
 def _end_time(where: ast.Expr, timestamp_columns: frozenset[str]) -> int | None:
@@ -225,15 +216,26 @@ def _end_time(where: ast.Expr, timestamp_columns: frozenset[str]) -> int | None:
     2.x closes the query once the window holding it has been computed."""
     ends: list[int] = []
     for term in conjuncts(where):
-        if not isinstance(term, ast.Binary) or term.op not in ("<", "<=", ">", ">="):
-            continue
-        column, value, op = term.left, term.right, term.op
-        if not _is_time(column, timestamp_columns):  # ``t > ts`` is ``ts < t``
-            column, value, op = term.right, term.left, {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
-        bounded = op in ("<", "<=") and _is_time(column, timestamp_columns)
-        if bounded and isinstance(value, ast.Literal) and value.kind == "int":
-            ends.append(int(value.value) - (op == "<"))  # type: ignore[call-overload]
+        bound = _time_comparison(term, timestamp_columns)
+        if bound is not None and bound[0] in ("<", "<="):
+            ends.append(bound[1] - (bound[0] == "<"))
     return min(ends) if ends else None
+
+
+def _time_comparison(term: ast.Expr, timestamp_columns: frozenset[str]) -> tuple[str, int] | None:
+    """A (folded) comparison of the primary key with a constant as ``(op, t)`` read ``ts op t``
+    (``t > ts`` is ``ts < t``); None for any other term."""
+    if not isinstance(term, ast.Binary) or term.op not in _FLIPPED:
+        return None
+    column, value, op = term.left, term.right, term.op
+    if not _is_time(column, timestamp_columns):
+        column, value, op = term.right, term.left, _FLIPPED[op]
+    if _is_time(column, timestamp_columns) and isinstance(value, ast.Literal) and value.kind == "int":
+        return op, int(value.value)  # type: ignore[call-overload]
+    return None
+
+
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def fold_time_bounds(expr: ast.Expr, ctx: ConstantContext, timestamp_columns: frozenset[str]) -> ast.Expr:
