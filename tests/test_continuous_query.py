@@ -38,6 +38,9 @@ T0 = 1_626_739_200_000  # 2021-07-20 00:00:00 UTC, ms
 MINUTE = 60_000
 
 
+HOUR_NS = 3_600 * 10**9
+
+
 def _setup(session: Session) -> None:
     session.execute(
         "create database cq; use cq; create stable st (ts timestamp, v int, f float) tags (g int);"
@@ -92,13 +95,17 @@ def test_open_window_waits_for_the_wall_clock(session: Session, warehouse: Wareh
     """A window still open by the wall clock is not computed, whatever rows arrive after it;
     once the clock passes its end it is computed once."""
     _setup(session)
-    now = time.time_ns() // 10**6
-    start = now - now % 3_600_000  # this hour's window
+    # processing time half an hour into the next hour, running on from there: read from the
+    # wall clock as it is, a test begun in an hour's last seconds saw the next window close too
+    real = time.time_ns()
+    shift = (real // HOUR_NS + 1) * HOUR_NS + HOUR_NS // 2 - real
+    now = (real + shift) // 10**6
+    start = now - now % 3_600_000  # the window open at that time
     session.execute(
         f"insert into c1 values ({start}, 1, 1.0) ({start + 3_600_000 + 5}, 2, 2.0);"
         "create table hourly as select count(*) from c1 interval(1h)"
     )
-    harness = StreamHarness(warehouse, timezone="UTC")
+    harness = StreamHarness(warehouse, timezone="UTC", clock=lambda: time.time_ns() + shift)
     assert harness.run_until_idle().failures == []
     assert output(session, "select * from hourly") == []
     harness.advance_clock(3600)
