@@ -36,9 +36,7 @@ from .conftest import output
 
 T0 = 1_626_739_200_000  # 2021-07-20 00:00:00 UTC, ms
 MINUTE = 60_000
-
-
-HOUR_NS = 3_600 * 10**9
+HOUR_NS = 3_600 * 10**9  # processing time is in ns
 
 
 def _setup(session: Session) -> None:
