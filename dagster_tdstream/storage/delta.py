@@ -283,7 +283,7 @@ class DeltaStore:
         filters: list[tuple[str, str, object]] | None = None,
         version: int | None = None,
     ) -> pa.Table:
-        dt = self.current(db, table) if version is None else self.open_at(db, table, version)
+        dt = self._snapshot(db, table, version)
         if not is_local(self.uri(db, table)):
             return dt.to_pyarrow_table(columns=columns, filters=filters)
         # Local files are read by pyarrow itself: delta-rs's file system handler leaves its
@@ -307,13 +307,30 @@ class DeltaStore:
         hold a value of that column in [low, high], with ``equals`` (column, text) only those
         that may hold that text there — a batch of a stream or a query of one child table reads
         the few files it needs, not every file the table ever got (Spark lists and opens each)."""
-        dt = self.current(db, table) if version is None else self.open_at(db, table, version)
-        ranges: list[tuple[str, Any, Any]] = []
-        if key_range is not None:
-            ranges.append(key_range)
-        if equals is not None:
-            ranges.append((equals[0], equals[1], equals[1]))
-        return _files_in_ranges(dt, ranges) if ranges else dt.file_uris()
+        return _files_in_ranges(self._snapshot(db, table, version), _ranges(key_range, equals))
+
+    def files_and_rows(
+        self,
+        db: str,
+        table: str,
+        version: int | None = None,
+        key_range: tuple[str, int, int] | None = None,
+        equals: tuple[str, str] | None = None,
+    ) -> tuple[list[str], int | None]:
+        """``file_uris`` and how many rows those files hold by their statistics (None when a
+        file has no count)."""
+        dt = self._snapshot(db, table, version)
+        files = _files_in_ranges(dt, _ranges(key_range, equals))
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if "num_records" not in actions.column_names:
+            return files, None
+        kept = {uri.rsplit("/", 1)[-1] for uri in files}
+        paths, counts = actions.column("path").to_pylist(), actions.column("num_records").to_pylist()
+        counts = [n for path, n in zip(paths, counts, strict=True) if path.rsplit("/", 1)[-1] in kept]
+        return files, None if None in counts else sum(counts)
+
+    def _snapshot(self, db: str, table: str, version: int | None) -> DeltaTable:
+        return self.current(db, table) if version is None else self.open_at(db, table, version)
 
     def rows_in_range(self, db: str, table: str, key_range: tuple[str, int, int]) -> int:
         """How many rows the files that ``file_uris`` keeps for ``key_range`` hold, from their
@@ -458,12 +475,24 @@ def _pruned(dt: DeltaTable, filters: list[tuple[str, str, object]]) -> list[str]
             continue
         # a strict bound is kept inclusive: a file may only be kept too often, never dropped wrongly
         ranges.append((column, None if side == "high" else value, None if side == "low" else value))
-    return _files_in_ranges(dt, ranges) if ranges else dt.file_uris()
+    return _files_in_ranges(dt, ranges)
+
+
+def _ranges(key_range: tuple[str, int, int] | None, equals: tuple[str, str] | None) -> list[tuple[str, Any, Any]]:
+    """``file_uris``'s bounds as (column, low, high) ranges."""
+    ranges: list[tuple[str, Any, Any]] = []
+    if key_range is not None:
+        ranges.append(key_range)
+    if equals is not None:
+        ranges.append((equals[0], equals[1], equals[1]))
+    return ranges
 
 
 def _files_in_ranges(dt: DeltaTable, ranges: list[tuple[str, Any, Any]]) -> list[str]:
     """The snapshot's files whose [min, max] of each column meets its [low, high] (None: open)."""
     files = dt.file_uris()
+    if not ranges:
+        return files
     actions = pa.table(dt.get_add_actions(flatten=True))
     keep = [True] * actions.num_rows
     for column, low, high in ranges:

@@ -1,7 +1,8 @@
 """Reading warehouse tables into Spark.
 
 Owns how a table becomes a Spark DataFrame: the Delta snapshot's Parquet files
-(``DeltaTable.file_uris()``) read with the schema from the catalog, the companion tag rows
+(``DeltaTable.file_uris()``) read with the schema from the catalog (by Spark, or here when they
+are local and hold few rows), the companion tag rows
 joined on ``tbname`` for super and child tables, a constant ``tbname`` for normal tables.
 Views are registered under names the query translator chose. Must not write anything.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import CatalogError
@@ -29,7 +31,8 @@ from .warehouse import Warehouse
 
 IN_LIST_LIMIT = 10_000  # child tables named in a filter; more are semi-joined
 FILE_ROWS = 50_000  # rows of this process handed to Spark as a Parquet file from this many
-SPARK_ROWS_DIR = "_spark_rows"  # in a local warehouse: those files, while a query reads them
+SPARK_ROWS_DIR = "_spark_rows"
+CLIENT_READ_ROWS = 10_000  # in a local warehouse: those files, while a query reads them
 
 
 def spark_type(arrow: pa.DataType) -> Any:
@@ -89,14 +92,20 @@ def table_frame(
     is_super = info.kind != "normal"  # a child's rows live in its super table's storage
     schema = spark_schema(arrow_schema(info.columns, with_tbname=is_super))
     pk = info.primary_key
-    files = warehouse.delta.file_uris(
+    files, rows = warehouse.delta.files_and_rows(
         info.db,
         storage or info.storage_name,
         version,
         key_range=None if key_range is None else (pk, *key_range),
         equals=("tbname", info.name) if info.kind == "child" else None,
     )
-    data = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
+    if files and rows is not None and rows <= CLIENT_READ_ROWS and is_local(warehouse.uri):
+        # the catalog's schema, as Spark's reader applies it: a file older than a column added
+        # since gives NULL there
+        arrow = pads.dataset(files, format="parquet", schema=arrow_schema(info.columns, with_tbname=is_super))
+        data = spark.createDataFrame(arrow.to_table(), schema)
+    else:
+        data = spark.read.schema(schema).parquet(*files) if files else spark.createDataFrame([], schema)
     if key_range is not None:
         data = data.where((F.col(pk) >= key_range[0]) & (F.col(pk) <= key_range[1]))
     if not is_super:
