@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pyarrow as pa
 import pytest
 from dagster import AssetCheckResult, DagsterInstance, DagsterRunStatus, RunsFilter, materialize
 from dagster._core.execution.backfill import BulkActionStatus
@@ -13,10 +14,12 @@ from dagster._core.storage.tags import BACKFILL_ID_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from dagster_tdstream import Session, StreamHarness, StreamValidationError, Warehouse
+from dagster_tdstream.compute.query import span_width
 from dagster_tdstream.compute.run import stream_scope
 from dagster_tdstream.orchestration.tags import STREAM_TAG
-from dagster_tdstream.sql.translate import SourceTable, TranslationContext, translate_select
+from dagster_tdstream.sql.translate import SourceTable, SpanWidth, TranslationContext, translate_select
 from dagster_tdstream.storage.registry import load_stream
+from dagster_tdstream.storage.spark_read import SparkViews
 from dagster_tdstream.triggers.tick import advance_stream
 
 from .conftest import output
@@ -570,6 +573,24 @@ def test_a_time_range_on_another_table_joins_the_broadcast_triggers(session: Ses
     plan = translate_select(stream.stmt.query, TranslationContext(resolve, ZoneInfo("UTC"), 0, stream=scope))
     assert "BROADCAST(__trig)" in plan.sql and "__bucket" in plan.sql, plan.sql
     assert len(plan.parameters) == 1  # the bucket width, evaluated before the query
+
+
+def test_the_bucket_width_taken_from_the_trigger_rows_is_sparks(warehouse: Warehouse, spark: object) -> None:
+    """Between two integer columns of the trigger rows this process registered, the widest
+    span is computed here, as Spark's SQL would (an open end passed over, at least 1); any
+    other span is left to Spark."""
+    views = SparkViews(spark, warehouse, None)
+    try:
+        rows = pa.table({"_twstart": pa.array([0, 10, 50], pa.int64()), "_twend": pa.array([9, 40, None], pa.int64())})
+        view = views.register_rows(rows, "triggers")
+        spans = [("__trig._twstart", "__trig._twend"), ("__trig._twend", "__trig._twstart")]
+        spans.append(("__trig._twstart - 5", "__trig._twend"))  # not two columns: Spark's
+        for low, high in spans:
+            span = SpanWidth(view, low, high)
+            assert span_width(views, span) == views.sql(span.sql).collect()[0][0], span
+        assert span_width(views, SpanWidth(view, "__trig._twstart", "__trig._twend")) == 30
+    finally:
+        views.close()
 
 
 def test_a_stream_query_joins_two_tables_in_its_window(session: Session, harness: StreamHarness) -> None:

@@ -12,6 +12,7 @@ errors become QueryErrors without a JVM stack.
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from bisect import bisect_left, bisect_right
@@ -19,9 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import QueryError
-from ..sql.translate import RowWindowPlan, TranslatedQuery
+from ..sql.translate import RowWindowPlan, SpanWidth, TranslatedQuery
 from ..storage.spark_read import SparkViews
 from ..triggers.replay import query_window_trigger, query_windows
 from .bulk import time_ordered
@@ -54,8 +56,8 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
         for plan in translated.row_windows:
             views.register_as(_labelled(views, plan), plan.view)
         sql = translated.sql
-        for name, scalar in translated.parameters:
-            value = views.sql(scalar).collect()[0][0]
+        for name, parameter in translated.parameters:
+            value = span_width(views, parameter)
             sql = sql.replace(name, "NULL" if value is None else repr(value))
         return views.sql(sql).toArrow()
     except QueryError:
@@ -72,6 +74,23 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
         if timer is not None:
             timer.cancel()
         spark.removeTag(tag)
+
+
+def span_width(views: SparkViews, span: SpanWidth) -> Any:
+    """The batch's widest trigger span: from the trigger rows this process handed to Spark
+    when the span is between two of their integer columns (a Spark job less per run),
+    otherwise by Spark."""
+    rows = views.rows_of(span.view)
+    bounds = [_TRIGGER_COLUMN.fullmatch(side) for side in (span.high, span.low)]
+    if rows is not None and all(m is not None and m.group(1) in rows.column_names for m in bounds):
+        high, low = (rows.column(m.group(1)) for m in bounds if m is not None)
+        if pa.types.is_integer(high.type) and pa.types.is_integer(low.type):
+            widest = pc.max(pc.subtract(high, low)).as_py()
+            return 1 if widest is None else max(widest, 1)  # greatest() passes over a NULL
+    return views.sql(span.sql).collect()[0][0]
+
+
+_TRIGGER_COLUMN = re.compile(r"__trig\.(\w+)")
 
 
 def _labelled(views: SparkViews, plan: RowWindowPlan) -> Any:

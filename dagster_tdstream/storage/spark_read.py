@@ -226,6 +226,7 @@ class SparkViews:
         self._pending: dict[str, Callable[[], Any]] = {}  # view → its frame, not registered yet
         self._registered: list[str] = []
         self._files: list[Path] = []  # rows handed to Spark as Parquet, removed by ``close``
+        self._rows: dict[str, pa.Table] = {}  # view → the rows of this process it holds
 
     def resolve(self, name: QualifiedName) -> SourceTable:
         db = (name.db or self.default_db or "").lower()
@@ -292,7 +293,13 @@ class SparkViews:
 
     def register_rows(self, rows: pa.Table, prefix: str) -> str:
         """Register rows of this process (e.g. a run's triggers) as a view."""
-        return self.register(self.rows_frame(rows, prefix), prefix)
+        view = self.register(self.rows_frame(rows, prefix), prefix)
+        self._rows[view] = rows
+        return view
+
+    def rows_of(self, view: str) -> pa.Table | None:
+        """The rows of this process a view holds (``register_rows``), None for other views."""
+        return self._rows.get(view)
 
     def rows_frame(self, rows: pa.Table, prefix: str = "rows") -> Any:
         """Rows of this process as a DataFrame. Many rows go to Spark as a Parquet file in a
@@ -326,6 +333,7 @@ class SparkViews:
             self.spark.catalog.dropTempView(view)
         self._registered.clear()
         self._views.clear()
+        self._rows.clear()
         self._pending.clear()
         for path in self._files:
             path.unlink(missing_ok=True)

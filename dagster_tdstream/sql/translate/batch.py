@@ -10,7 +10,7 @@ from .. import ast
 from ..constants import FLIPPED
 from ..walk import conjuncts
 from .render import Renderer
-from .scope import OutputColumn, Scope, StreamScope, data_references, quote_ident
+from .scope import OutputColumn, Scope, SpanWidth, StreamScope, data_references, quote_ident
 from .sources import data_relation
 
 _PK_BOUND = re.compile(r"\(?(.+?) (>=|>|<=|<) (.+?)\)?")
@@ -55,7 +55,7 @@ def range_buckets(select: ast.Select, scope: Scope, render: Renderer, stream: St
     view = quote_ident(stream.triggers_view)
     # the width is a constant of the batch, evaluated before the query (``parameters``): a
     # scalar subquery inside the join trips Spark ("Subquery … has not finished")
-    width = render.ctx.parameter(f"SELECT greatest(max({high} - {low}), 1) FROM {view} __trig")
+    width = render.ctx.parameter(SpanWidth(stream.triggers_view, low, high))
     # explode_outer: a trigger without bounds (an open window has no end yet) keeps its row
     buckets = f"explode_outer(sequence(floor({low} / {width}), floor({high} / {width})))"
     triggers = f"(SELECT __trig.*, {buckets} AS __bucket FROM {view} __trig) __trig"

@@ -57,14 +57,28 @@ class RowWindowPlan:
 
 
 @dataclass(frozen=True)
+class SpanWidth:
+    """A constant of a batch: the widest span ``high - low`` of the triggers in ``view`` (SQL
+    over its rows as ``__trig``), at least 1 — a range join's bucket width."""
+
+    view: str
+    low: str
+    high: str
+
+    @property
+    def sql(self) -> str:
+        return f"SELECT greatest(max({self.high} - {self.low}), 1) FROM {quote_ident(self.view)} __trig"
+
+
+@dataclass(frozen=True)
 class TranslatedQuery:
     sql: str
     columns: tuple[OutputColumn, ...]
     precision: str
     tables: tuple[SourceTable, ...]
     row_windows: tuple[RowWindowPlan, ...] = ()  # registered in this order (inner queries first)
-    # (placeholder in ``sql``, scalar SQL giving its value): evaluated and substituted first
-    parameters: tuple[tuple[str, str], ...] = ()
+    # (placeholder in ``sql``, its value's definition): evaluated and substituted first
+    parameters: tuple[tuple[str, SpanWidth], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,17 +117,17 @@ class TranslationContext:
     now_ns: int | None = None
     stream: StreamScope | None = None
     row_windows: list[RowWindowPlan] = field(default_factory=list)
-    parameters: list[tuple[str, str]] = field(default_factory=list)
+    parameters: list[tuple[str, SpanWidth]] = field(default_factory=list)
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:
         return f"__{prefix}{next(self._names)}"
 
-    def parameter(self, scalar_sql: str) -> str:
-        """A placeholder for the value of ``scalar_sql`` (one row, one column), which the
-        caller evaluates and substitutes before running the query."""
+    def parameter(self, value: SpanWidth) -> str:
+        """A placeholder for ``value``, which the caller evaluates and substitutes before
+        running the query."""
         name = f"__parameter{len(self.parameters)}__"
-        self.parameters.append((name, scalar_sql))
+        self.parameters.append((name, value))
         return name
 
 
