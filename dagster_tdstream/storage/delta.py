@@ -294,20 +294,9 @@ class DeltaStore:
         dataset = pads.dataset(files, format="parquet", schema=pa.schema(dt.schema().to_arrow()))
         return dataset.to_table(columns=columns, filter=None if not filters else pq.filters_to_expression(filters))
 
-    def file_uris(
-        self,
-        db: str,
-        table: str,
-        version: int | None = None,
-        key_range: tuple[str, int, int] | None = None,
-        equals: tuple[str, str] | None = None,
-    ) -> list[str]:
-        """The Parquet files of the table's snapshot (the newest, or as of ``version``);
-        with ``key_range`` (column, low, high) only the files whose statistics say they may
-        hold a value of that column in [low, high], with ``equals`` (column, text) only those
-        that may hold that text there — a batch of a stream or a query of one child table reads
-        the few files it needs, not every file the table ever got (Spark lists and opens each)."""
-        return _files_in_ranges(self._snapshot(db, table, version), _ranges(key_range, equals))
+    def file_uris(self, db: str, table: str) -> list[str]:
+        """The Parquet files of the table's newest snapshot."""
+        return self.current(db, table).file_uris()
 
     def files_and_rows(
         self,
@@ -317,8 +306,12 @@ class DeltaStore:
         key_range: tuple[str, int, int] | None = None,
         equals: tuple[str, str] | None = None,
     ) -> tuple[list[str], int | None]:
-        """``file_uris`` and how many rows those files hold by their statistics (None when a
-        file has no count)."""
+        """The Parquet files of the table's snapshot (the newest, or as of ``version``) and how
+        many rows they hold by their statistics (None when a file has no count). With
+        ``key_range`` (column, low, high) only the files whose statistics say they may hold a
+        value of that column in [low, high], with ``equals`` (column, text) only those that may
+        hold that text there — a batch of a stream or a query of one child table reads the few
+        files it needs, not every file the table ever got (Spark lists and opens each)."""
         dt = self._snapshot(db, table, version)
         files = _files_in_ranges(dt, _ranges(key_range, equals))
         actions = pa.table(dt.get_add_actions(flatten=True))
