@@ -326,15 +326,11 @@ class DeltaStore:
         return self.current(db, table) if version is None else self.open_at(db, table, version)
 
     def rows_in_range(self, db: str, table: str, key_range: tuple[str, int, int]) -> int:
-        """How many rows the files that ``file_uris`` keeps for ``key_range`` hold, from their
-        statistics (a file without a count counts as unknown: the caller's limit is exceeded)."""
-        dt = self.current(db, table)
-        actions = pa.table(dt.get_add_actions(flatten=True))
-        if "num_records" not in actions.column_names:
-            return 2**63 - 1
-        keep = _may_hold(actions, key_range[0], [True] * actions.num_rows, _integers, *key_range[1:])
-        counts = actions.column("num_records").to_pylist()
-        return sum(2**62 if n is None else n for n, k in zip(counts, keep, strict=True) if k)
+        """How many rows the files that ``files_and_rows`` keeps for ``key_range`` hold, from
+        their statistics (a file without a count counts as unknown: the caller's limit is
+        exceeded)."""
+        rows = self.files_and_rows(db, table, key_range=key_range)[1]
+        return 2**63 - 1 if rows is None else rows
 
     def drop(self, db: str, table: str) -> None:
         uri = self.uri(db, table)
@@ -472,7 +468,7 @@ def _pruned(dt: DeltaTable, filters: list[tuple[str, str, object]]) -> list[str]
 
 
 def _ranges(key_range: tuple[str, int, int] | None, equals: tuple[str, str] | None) -> list[tuple[str, Any, Any]]:
-    """``file_uris``'s bounds as (column, low, high) ranges."""
+    """``files_and_rows``'s bounds as (column, low, high) ranges."""
     ranges: list[tuple[str, Any, Any]] = []
     if key_range is not None:
         ranges.append(key_range)
