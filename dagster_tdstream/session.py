@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compute.spark import LazySpark
+from .compute.udf import function_lookup
 from .errors import (
     CatalogError,
     QueryError,
@@ -31,7 +32,7 @@ from .errors import (
     TDStreamError,
     WriteRejectedError,
 )
-from .families import continuous_query, legacy_stream, server_options, tsma, tsma_query, vtable
+from .families import continuous_query, legacy_stream, server_options, tsma, tsma_query, udf, vtable
 from .families.client_options import ClientOptions
 from .families.insert import execute_insert, typed_value
 from .families.maintenance import execute_maintain
@@ -571,9 +572,10 @@ class Session:
             "VTABLES": "ins_tables",
             "STREAMS": "ins_streams",
             "TSMAS": "ins_tsmas",
+            "FUNCTIONS": "ins_functions",
         }[stmt.what]
         db = None
-        if stmt.what != "DATABASES":
+        if stmt.what not in ("DATABASES", "FUNCTIONS"):  # the cluster's, not a database's
             db = normalize(stmt.db) if stmt.db else self.db_of()
             if db not in SYSTEM_DATABASES:  # USEd and listed like any database, never created
                 self.warehouse.database(db)
@@ -687,7 +689,8 @@ class Session:
         views = SparkViews(self.spark.get(), self.warehouse, self.database, floors, columns_named(select))
         try:
             merged = read_states(views, *tsma_read) if tsma_read is not None else None
-            ctx = TranslationContext(views.resolve, self.timezone, self.clock())
+            functions = function_lookup(self.warehouse, views.spark)
+            ctx = TranslationContext(views.resolve, self.timezone, self.clock(), functions=functions)
             translated = translate_select(select, ctx)
             arrow = None
             if merged is not None and tsma_read is not None:  # a plain lookup is finished here
@@ -749,6 +752,12 @@ class Session:
 
     def _exec_showvariables(self, stmt: ast.ShowVariables) -> Result:
         return server_options.show(self.warehouse, stmt)
+
+    def _exec_createfunction(self, stmt: ast.CreateFunction) -> Result:
+        return udf.create(self.warehouse, stmt)
+
+    def _exec_dropfunction(self, stmt: ast.DropFunction) -> Result:
+        return udf.drop(self.warehouse, stmt)
 
     def _exec_killstream(self, stmt: ast.KillStream) -> Result:
         return continuous_query.kill(self, stmt)

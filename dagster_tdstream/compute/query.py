@@ -33,6 +33,24 @@ from .bulk import time_ordered
 WINDOW_COLUMNS = (("__qid", pa.int64()), ("__qw", pa.int64()), ("__qwe", pa.int64()))
 
 
+# the line of a Python worker's traceback that names the exception (a UDF's own error)
+_RAISED = re.compile(r"^\s*([\w.]*(?:Error|Exception)): (.+)$")
+
+
+def spark_failure(exc: Exception) -> str:
+    """What went wrong, in one line: Spark's first line, or for an exception raised in a Python
+    worker (a UDF's), that exception — Spark's first line then only says there was one."""
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    if "Python worker" in lines[0]:
+        raised = [m for m in map(_RAISED.match, lines) if m is not None]
+        if raised:
+            name, message = raised[-1].groups()
+            return f"{name.rsplit('.', 1)[-1]}: {message}"
+    return lines[0]
+
+
 def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds: float | None = None) -> pa.Table:
     """The query's result as an Arrow table (row-window views registered in ``views``).
     Past ``timeout_seconds``, or on Ctrl-C, its Spark jobs are interrupted (the server and the
@@ -68,8 +86,7 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
     except Exception as exc:
         if timed_out.is_set():
             raise QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)") from None
-        lines = str(exc).strip().splitlines()
-        raise QueryError(f"query failed in Spark: {lines[0] if lines else type(exc).__name__}") from None
+        raise QueryError(f"query failed in Spark: {spark_failure(exc)}") from None
     finally:
         if timer is not None:
             timer.cancel()

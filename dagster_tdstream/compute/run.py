@@ -61,6 +61,7 @@ from .fill import fill_windows
 from .output import Group, group_of, write_results
 from .query import run_query
 from .shared_rows import SharedRows
+from .udf import function_lookup
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,9 @@ def compute_triggers(
                 _with_row_counts(views, triggers_view, counted, stream, label, timezone), "triggers"
             )
         scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
-        ctx = TranslationContext(views.resolve, timezone, clock(), stream=scope)
+        ctx = TranslationContext(
+            views.resolve, timezone, clock(), stream=scope, functions=function_lookup(views.warehouse, views.spark)
+        )
         translated = translate_select(query, ctx)
         result = _by_trigger(run_query(views, translated)) if computable else pa.table({})
         empty = _emptied_windows(
@@ -319,7 +322,8 @@ def check_stream_query(warehouse: Warehouse, stream: StreamDefinition, timezone:
     if query is None:
         return ()  # notify-only
     scope = stream_scope(stream, "__triggers", source)
-    return translate_select(query, TranslationContext(resolve, timezone, 0, stream=scope)).columns
+    ctx = TranslationContext(resolve, timezone, 0, stream=scope, functions=function_lookup(warehouse))
+    return translate_select(query, ctx).columns
 
 
 def _check_state_expression(node: ast.Expr, source: SourceTable | None, ctx: TranslationContext) -> None:

@@ -744,6 +744,27 @@ class DropTsma(Statement):
 
 
 @dataclass(frozen=True)
+class CreateFunction(Statement):
+    """``CREATE [OR REPLACE] [AGGREGATE] FUNCTION [IF NOT EXISTS] name AS 'path' OUTPUTTYPE type
+    [BUFSIZE n] [LANGUAGE 'C' | 'Python']``: a user-defined function (UDF)."""
+
+    name: str
+    path: str
+    output_type: DataType
+    aggregate: bool = False
+    or_replace: bool = False
+    if_not_exists: bool = False
+    bufsize: int = 0
+    language: str = "C"  # as TDengine spells it: C or Python
+
+
+@dataclass(frozen=True)
+class DropFunction(Statement):
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
 class KillStream(Statement):
     """TDengine 2.x: ``KILL STREAM id`` stops a continuous query. 2.x ids are
     ``connId:streamId``; here the stream part is the number SHOW STREAMS shows (there are no

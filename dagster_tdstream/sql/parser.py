@@ -21,6 +21,7 @@ from .limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
 from .tokens import Kind, StatementText, Token, split_statements
 from .tsma import parse_create_tsma, parse_drop_tsma
+from .udf import parse_create_function, parse_drop_function
 from .values import block_width
 from .vtable import is_vtables, parse_alter_vtable, parse_create_vtable, parse_drop_vtable, parse_show_vtables
 from .walk import depth
@@ -366,7 +367,16 @@ class _Parser:
         if self.accept_word("SNODE"):
             self.expect_words("ON", "DNODE")
             return ast.CreateSnode(self.integer("a dnode id"))
-        raise self.error("DATABASE, STABLE, TABLE, VTABLE, STREAM, TSMA, RECURSIVE TSMA or SNODE", tok)
+        or_replace = self.accept_words("OR", "REPLACE")
+        aggregate = bool(self.accept_word("AGGREGATE"))
+        if self.accept_word("FUNCTION"):
+            return parse_create_function(self, or_replace=or_replace, aggregate=aggregate)
+        if or_replace or aggregate:
+            raise self.error("FUNCTION")
+        raise self.error(
+            "DATABASE, STABLE, TABLE, VTABLE, STREAM, TSMA, RECURSIVE TSMA, SNODE or [OR REPLACE] [AGGREGATE] FUNCTION",
+            tok,
+        )
 
     def create_database(self) -> ast.CreateDatabase:
         if_not_exists = self.accept_words("IF", "NOT", "EXISTS")
@@ -524,7 +534,9 @@ class _Parser:
             return parse_drop_tsma(self)
         if self.accept_word("VTABLE"):
             return parse_drop_vtable(self)
-        raise self.error("DATABASE, STABLE, TABLE, VTABLE, STREAM or TSMA", tok)
+        if self.accept_word("FUNCTION"):
+            return parse_drop_function(self)
+        raise self.error("DATABASE, STABLE, TABLE, VTABLE, STREAM, TSMA or FUNCTION", tok)
 
     def kill_stream(self) -> ast.KillStream:
         self.expect_words("KILL", "STREAM")
@@ -670,12 +682,14 @@ class _Parser:
             return ast.ShowVariables(dnode, self.string("a LIKE pattern") if self.accept_word("LIKE") else None)
         if db is None and self.accept_word("VARIABLES"):
             return ast.ShowVariables(None, self.string("a LIKE pattern") if self.accept_word("LIKE") else None)
-        what_tok = self.accept_word("DATABASES", "STABLES", "TABLES", "STREAMS", "TSMAS")
+        what_tok = self.accept_word("DATABASES", "STABLES", "TABLES", "STREAMS", "TSMAS", "FUNCTIONS")
         if what_tok is None:
-            raise self.error("DATABASES, STABLES, TABLES, VTABLES, STREAMS, TSMAS, VARIABLES or DNODE id VARIABLES")
+            raise self.error(
+                "DATABASES, STABLES, TABLES, VTABLES, STREAMS, TSMAS, FUNCTIONS, VARIABLES or DNODE id VARIABLES"
+            )
         what = what_tok.upper
-        if what == "DATABASES" and db:
-            raise self.fail_at("SHOW DATABASES takes no database prefix", what_tok)
+        if what in ("DATABASES", "FUNCTIONS") and db:
+            raise self.fail_at(f"SHOW {what} takes no database prefix", what_tok)
         like = self.string("a LIKE pattern") if self.accept_word("LIKE") else None
         return ast.Show(what, db, like)
 

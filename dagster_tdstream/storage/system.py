@@ -1,9 +1,10 @@
 """``information_schema``: the catalog as tables.
 
 Owns the system tables TDengine users query — ``ins_databases``, ``ins_stables``,
-``ins_tables``, ``ins_tags``, ``ins_streams``, ``ins_stream_tasks``, ``ins_tsmas`` — built from
-the catalog as Arrow tables with TDengine's column names (timestamps as epoch milliseconds). ``SHOW …`` statements and
-SELECTs over ``information_schema.*`` both read them. Reads only.
+``ins_tables``, ``ins_tags``, ``ins_streams``, ``ins_stream_tasks``, ``ins_tsmas``,
+``ins_functions`` — built from the catalog as Arrow tables with TDengine's column names
+(timestamps as epoch milliseconds). ``SHOW …`` statements and SELECTs over
+``information_schema.*`` both read them. Reads only.
 """
 
 from __future__ import annotations
@@ -65,6 +66,13 @@ _SCHEMAS: dict[str, tuple[ColumnDef, ...]] = {
         ColumnDef("target_db", _name(64)), ColumnDef("target_stb", _name()), ColumnDef("stream_name", _name()),
         ColumnDef("create_time", TS), ColumnDef("interval", _name(64)), ColumnDef("create_sql", _name(65535)),
         ColumnDef("func_list", _name(65535)),
+    ),
+    # TDengine's ins_functions: the user-defined functions (func_body: a Python UDF's source)
+    "ins_functions": (
+        ColumnDef("name", _name(64)), ColumnDef("comment", _name(255)), ColumnDef("aggregate", INT),
+        ColumnDef("output_type", _name(32)), ColumnDef("create_time", TS), ColumnDef("code_len", INT),
+        ColumnDef("bufsize", INT), ColumnDef("func_language", _name(32)), ColumnDef("func_body", _name(65535)),
+        ColumnDef("func_version", INT),
     ),
     # TDengine's stream tasks as they run here: the Reader is the trigger table's Delta log
     # (its versions are the WAL), the Trigger the stream's Dagster sensor or schedule, the
@@ -170,6 +178,14 @@ def _tsmas(warehouse: Warehouse, db: str | None) -> list[list[object]]:
             ]
         )
     return rows
+
+
+def _functions(warehouse: Warehouse, db: str | None) -> list[list[object]]:
+    return [
+        [f.name, None, int(f.aggregate), str(f.output_type), f.created_at, f.code_len, f.bufsize, f.language, f.code,
+         f.version]
+        for f in warehouse.functions.all()
+    ]  # fmt: skip
 
 
 def _tables(warehouse: Warehouse, db: str | None) -> list[list[object]]:
@@ -362,4 +378,5 @@ _ROWS: dict[str, Callable[[Warehouse, str | None], list[list[object]]]] = {
     "ins_streams": _streams,
     "ins_stream_tasks": _stream_tasks,
     "ins_tsmas": _tsmas,
+    "ins_functions": _functions,
 }

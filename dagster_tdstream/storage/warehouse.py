@@ -11,6 +11,7 @@ parsing SQL is the session's job, reading for queries is ``spark_read.py``'s.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from ..sql.ast import ColumnDef
 from . import keyspans
 from .catalog import RESERVED_PREFIX, Catalog, DatabaseInfo, TableInfo, table_uid
 from .delta import DeltaStore, is_local, local_path
+from .functions import FunctionCatalog
 from .groupcommit import GROUP_KEY, GroupCommit
 from .intents import WRITE_KEY, Intents, StagedTable
 from .maintenance import maintain_after
@@ -98,6 +100,11 @@ class Warehouse:
         # spans as this process last wrote or read them, valid while the table is at that version
         self._spans: dict[tuple[str, str, str], tuple[int, dict[str, keyspans.Spans | None]]] = {}
         self.recover_writes()  # a statement half-written by a process that died
+
+    @functools.cached_property
+    def functions(self) -> FunctionCatalog:
+        """The user-defined functions (made on first use: most sessions never call one)."""
+        return FunctionCatalog(self.catalog.engine)
 
     def close(self) -> None:
         self.catalog.dispose()

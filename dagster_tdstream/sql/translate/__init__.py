@@ -15,6 +15,7 @@ from .scope import (
     StreamScope,
     TranslatedQuery,
     TranslationContext,
+    UserFunctionRef,
 )
 from .select import translate_select
 from .sources import row_condition, row_expression
@@ -27,6 +28,7 @@ __all__ = [
     "StreamScope",
     "TranslatedQuery",
     "TranslationContext",
+    "UserFunctionRef",
     "row_condition",
     "row_expression",
     "translate_select",

@@ -184,6 +184,20 @@ TSMA_LIMIT = (
 )
 
 
+UDF_RULES = (
+    "`CREATE [OR REPLACE] [AGGREGATE] FUNCTION [IF NOT EXISTS] name AS 'path' OUTPUTTYPE type",
+    "[BUFSIZE n] [LANGUAGE 'C' | 'Python']`, `DROP FUNCTION [IF EXISTS] name`, `SHOW FUNCTIONS` and",
+    "`information_schema.ins_functions`. A Python UDF is TDengine's interface: `process(block)`",
+    "(scalar), or `start()`, `reduce(block, buf)` and `finish(buf)` (aggregate, `buf` at most",
+    "BUFSIZE bytes), optional `init()` / `destroy()`; `block.shape()` is (rows, columns) and",
+    "`block.data(row, col)` a value (None for NULL, strings as bytes, timestamps as integers). It",
+    "runs in Spark's Python workers: a scalar one per Arrow batch, an aggregate one over its group's",
+    "rows in time order. Its file is read into the catalog at CREATE. A C UDF is recorded (its",
+    "library is built for TDengine's udfd, which does not run here) and a call of it is refused.",
+    "A built-in function's name cannot be taken; TSMAs keep built-in functions only.",
+)
+
+
 def sql_support_markdown() -> str:
     """``docs/sql-support.md``: what the translator supports, from the tables above."""
     lines = [
@@ -219,6 +233,7 @@ def sql_support_markdown() -> str:
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(SERIES_FUNCTIONS.items())]
     lines += ["", "## Other", "", "| function | computes |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in sorted(OTHER.items())]
+    lines += ["", "## User-defined functions", "", *UDF_RULES]
     lines += [
         "",
         "## TSMA functions",

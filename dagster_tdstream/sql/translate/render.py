@@ -23,6 +23,7 @@ from .scope import (
     Scope,
     TranslationContext,
     Typed,
+    UserFunctionRef,
     kind_of,
     query_error,
     quote_string,
@@ -308,7 +309,37 @@ class Renderer:
             raise query_error(f"{name}() must be a select item of its own, not part of an expression", expr)
         if name in SCALARS:
             return self._scalar(expr, SCALARS[name])
+        function = self.ctx.functions(name) if self.ctx.functions is not None else None
+        if function is not None:
+            return self._user_function(expr, function)
         raise query_error(f"function {name}() is not supported yet; supported: {', '.join(SUPPORTED_FUNCTIONS)}", expr)
+
+    def _user_function(self, expr: ast.Func, function: UserFunctionRef) -> Typed:
+        """A call of a CREATE FUNCTION: a Python UDF runs in Spark (``compute/udf.py``); an
+        aggregate one gets its group's rows in time order, as TDengine's scan hands them over."""
+        if function.language != "Python":
+            raise query_error(
+                f"{expr.name}() is a C UDF: its library is built for TDengine's udfd, which does not run here;"
+                " write it in Python (LANGUAGE 'Python') to call it",
+                expr,
+            )
+        if not expr.args or any(isinstance(a, ast.Star) for a in expr.args):
+            raise query_error(f"{expr.name}() takes columns or expressions as arguments", expr)
+        args = [self.expr(a) for a in expr.args]
+        kinds = [a.kind if a.kind in ("int", "float", "string", "bool", "ts") else "other" for a in args]
+        if not function.aggregate:
+            call = f"{function.bind(kinds)}({', '.join(a.sql for a in args)})"
+            return Typed(call, function.kind, any(a.aggregate for a in args))
+        if any(a.aggregate for a in args):
+            raise query_error(f"{expr.name}() is an aggregate UDF: its arguments cannot be aggregates", expr)
+        self.saw_aggregate = True
+        order = f"CAST({self.scope.pk} AS BIGINT)" if self.scope.pk is not None else "0L"
+        row = f"struct({order} AS t, {', '.join(f'{a.sql} AS c{i}' for i, a in enumerate(args))})"
+        if self.scope.base is not None:  # an unmatched trigger's empty window has no rows
+            row = f"CASE WHEN d.__m IS NOT NULL THEN {row} END"
+        typed = Typed(f"{function.bind(kinds)}(sort_array(collect_list({row})))", function.kind, True)
+        self.aggregates[typed.sql] = None
+        return typed
 
     def _scalar(self, expr: ast.Func, fn: Scalar) -> Typed:
         if len(expr.args) not in fn.forms:

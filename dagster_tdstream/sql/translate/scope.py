@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
@@ -107,6 +107,18 @@ class StreamScope:
     group_exprs: Mapping[str, ast.Expr] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class UserFunctionRef:
+    """A user-defined function (``CREATE FUNCTION``) as the translator sees it: ``bind`` makes
+    it callable for arguments of the given kinds and returns its name in Spark SQL."""
+
+    name: str
+    aggregate: bool
+    kind: str  # of its OUTPUTTYPE
+    language: str  # C or Python
+    bind: Callable[[Sequence[str]], str]
+
+
 @dataclass
 class TranslationContext:
     """``resolve`` turns a table name into a SourceTable (raising CatalogError when unknown);
@@ -118,6 +130,8 @@ class TranslationContext:
     stream: StreamScope | None = None
     row_windows: list[RowWindowPlan] = field(default_factory=list)
     parameters: list[tuple[str, SpanWidth]] = field(default_factory=list)
+    # the catalog's user-defined functions by name (None: the query can name none)
+    functions: Callable[[str], UserFunctionRef | None] | None = None
     _names: itertools.count = field(default_factory=itertools.count)
 
     def fresh(self, prefix: str) -> str:

@@ -102,7 +102,7 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
     if is_aggregate:
         plain = list(items)
         items = _with_companions(select, items, group_keys, render)
-        _check_grouped(select, plain, items, group_keys)
+        _check_grouped(select, plain, items, group_keys, ctx)
     select_list = ", ".join(f"{sql} AS {alias}" for sql, alias, _ in items)
     if stream is not None:
         select_list += ", __trig.__tid AS __tid"
@@ -199,6 +199,7 @@ def _check_grouped(
     before: list[tuple[str, str, OutputColumn]],
     after: list[tuple[str, str, OutputColumn]],
     group_keys: list[str],
+    ctx: TranslationContext,
 ) -> None:
     """In an aggregate query a select item reads the data only through aggregates, the
     grouping (PARTITION BY, GROUP BY, the window) or as the companion of one selector; anything
@@ -206,7 +207,7 @@ def _check_grouped(
     grouped = {ref for key in group_keys for ref in data_references(key)}
     for index, ((sql, _, _), (now, _, _)) in enumerate(zip(before, after, strict=True)):
         item = select.items[index] if index < len(select.items) else None
-        if item is None or isinstance(item.expr, ast.Star) or sql != now or _contains_aggregate(item.expr):
+        if item is None or isinstance(item.expr, ast.Star) or sql != now or _contains_aggregate(item.expr, ctx):
             continue
         loose = [ref for ref in data_references(sql) if ref not in grouped]
         if loose:
@@ -217,8 +218,16 @@ def _check_grouped(
             )
 
 
-def _contains_aggregate(expr: ast.Expr) -> bool:
-    return any(isinstance(node, ast.Func) and node.name in AGGREGATES for node in walk(expr))
+def _contains_aggregate(expr: ast.Expr, ctx: TranslationContext) -> bool:
+    """Whether ``expr`` calls an aggregate: a built-in one or an AGGREGATE UDF."""
+
+    def aggregate(node: ast.Func) -> bool:
+        if node.name in AGGREGATES:
+            return True
+        function = ctx.functions(node.name) if ctx.functions is not None else None
+        return function is not None and function.aggregate
+
+    return any(isinstance(node, ast.Func) and aggregate(node) for node in walk(expr))
 
 
 def _group_slice(
@@ -263,7 +272,7 @@ def _with_companions(
     plain = [
         (index, item)
         for index, item in enumerate(select.items)
-        if _reads_a_row(item.expr) and items[index][0] not in group_keys
+        if _reads_a_row(item.expr, render.ctx) and items[index][0] not in group_keys
     ]
     if not plain or any(isinstance(i.expr, ast.Star) for i in select.items):
         return items
@@ -302,7 +311,7 @@ def _with_companions(
     return chosen
 
 
-def _reads_a_row(expr: ast.Expr) -> bool:
+def _reads_a_row(expr: ast.Expr, ctx: TranslationContext) -> bool:
     """A column of the data rows, or an expression without aggregates that reads one: not a
     pseudo-column of the group (_wstart, _wend …; _c0 and _rowts are row columns)."""
 
@@ -313,7 +322,7 @@ def _reads_a_row(expr: ast.Expr) -> bool:
 
     if isinstance(expr, ast.Column):
         return row_column(expr)
-    return not _contains_aggregate(expr) and any(row_column(node) for node in walk(expr))
+    return not _contains_aggregate(expr, ctx) and any(row_column(node) for node in walk(expr))
 
 
 MULTI_COLUMN_SELECTORS = ("first", "last", "last_row")
