@@ -227,3 +227,26 @@ def test_a_stream_computes_with_python_udfs_in_its_runs(
         ("c2", T0, 30.0, 80, "bytes:Y@2000"),
         ("c2", T0 + MINUTE, None, None, None),  # a sliding window without rows: an empty %%trows
     ]
+
+
+def test_the_cli_creates_calls_and_lists_a_python_udf(tmp_path: Path, spark: object) -> None:
+    from click.testing import CliRunner
+
+    from dagster_tdstream.cli.main import main
+
+    wh = str(tmp_path / "wh")
+    statements = (
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "insert into t values (1000, 4) (2000, null);"
+        f"create function double_it as '{_file(tmp_path, 'double_it', DOUBLE_IT)}' outputtype int language 'Python';"
+        "select double_it(v) from t; show functions"
+    )
+    result = CliRunner().invoke(main, ["sql", "--warehouse", wh, "--format", "csv", statements])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[lines.index("double_it(v)") + 1 :][:2] == ["8", "NULL"]
+    assert any(line.startswith("double_it,") for line in lines)
+    result = CliRunner().invoke(main, ["sql", "--warehouse", wh, "-d", "d", "select double_it(*) from t"])
+    assert result.exit_code == 1
+    assert "line 1, column 8: double_it() takes columns or expressions" in result.output
+    assert "Traceback" not in result.output
