@@ -3,9 +3,12 @@ Spark is unreachable (and nothing lost meanwhile), and a real standalone cluster
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,3 +174,71 @@ def test_a_stream_runs_on_a_standalone_cluster_through_its_connect_server(
     assert stopped is not None and stopped.pid == state.pid
     assert running_server(home) is None
     assert CliRunner().invoke(main, ["spark", "status"]).exit_code == 1
+
+
+class _Proxy:
+    """Forwards TCP connections to the run's server until closed: a server that goes away
+    under a client, without stopping the one the other tests use."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept: a plain close would not
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
+def test_a_process_whose_server_went_away_still_exits(spark: object) -> None:
+    """pyspark's client cleans up every open session at exit and retries for minutes when the
+    server is gone; the sessions of a server that no longer answers are closed first."""
+    from dagster_tdstream.compute.spark_server import parse_endpoint
+
+    proxy = _Proxy(parse_endpoint(spark_endpoint()))
+    child = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "from dagster_tdstream.compute.spark import build_spark_session\n"
+            f"s = build_spark_session('sc://127.0.0.1:{proxy.port}')\n"
+            "print(s.sql('select 41 + 1').collect()[0][0], flush=True)\n"
+            "input()\n",
+        ],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "42"
+        proxy.close()
+        started = time.monotonic()
+        child.communicate("\n", timeout=60)
+        assert child.returncode == 0
+        assert time.monotonic() - started < 30  # without the close: minutes of retries
+    finally:
+        child.kill()
+        proxy.close()

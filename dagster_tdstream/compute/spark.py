@@ -11,6 +11,7 @@ Must not read or write tables: ``storage/spark_read.py`` registers them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -78,6 +79,8 @@ def _connect(url: str, app_name: str, conf: dict[str, str] | None) -> Any:
     from pyspark.sql.connect.session import SparkSession
 
     session = SparkSession.builder.remote(url).appName(app_name).create()
+    # registered after the client's own exit hook, so it runs first (atexit is last-in first-out)
+    atexit.register(_close_if_server_gone, session, url)
     settings = {**SESSION_CONF, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.sql.")}}
     for key, value in settings.items():
         session.conf.set(key, value)
@@ -86,6 +89,17 @@ def _connect(url: str, app_name: str, conf: dict[str, str] | None) -> Any:
     # TDengine's own apercentile algorithms, which Spark has no counterpart of
     session.udf.register(APERCENTILE_UDF, apercentile, DoubleType())
     return session
+
+
+def _close_if_server_gone(session: Any, url: str) -> None:
+    """At exit, pyspark's client sends clean-up RPCs for every session it has not closed; when
+    the server is gone (stopped before this process ends, as ``tdstream spark stop`` or a test
+    run's teardown does) each one retries for minutes and the process hangs in its exit. A
+    session whose server no longer accepts connections is closed here first (no RPC: the
+    channel only), so the client has nothing to clean up."""
+    with contextlib.suppress(Exception):
+        if not session.client.is_closed and not endpoint_reachable(url, timeout=0.5):
+            session.client.close()
 
 
 # Sessions that runs of this process released, by endpoint and settings. A fresh server-side
