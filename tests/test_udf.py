@@ -250,3 +250,24 @@ def test_the_cli_creates_calls_and_lists_a_python_udf(tmp_path: Path, spark: obj
     assert result.exit_code == 1
     assert "line 1, column 8: double_it() takes columns or expressions" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_legacy_stream_calls_udfs_per_child_table_and_refuses_a_udaf_across_them(
+    session: Session, harness: StreamHarness, tmp_path: Path
+) -> None:
+    _setup(session, tmp_path)
+    with pytest.raises(TDStreamError, match=r"aggregate UDF myspread\(\) over the super table st needs PARTITION BY"):
+        session.execute(
+            "create stream across trigger at_once into a_out as select _wstart, myspread(v) from st interval(1m)"
+        )
+    assert session.query("show streams").rows == []
+    session.execute(
+        "create stream ls trigger at_once fill_history 1 into l_out as"
+        " select _wstart ws, myspread(v) sp, double_it(max(v)) dm, tbname tb from st partition by tbname interval(1m)"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select tb, ws, sp, dm from l_out order by tb, ws") == [
+        ("c1", T0, 4.0, 10),
+        ("c1", T0 + MINUTE, None, None),
+        ("c2", T0, 30.0, 80),
+    ]

@@ -17,7 +17,8 @@ from ..results import Result
 from ..sql import ast
 from ..sql.legacy_stream import needs_tbname_partition, validate_legacy_stream, validate_virtual_source
 from ..sql.text import expr_text
-from ..sql.walk import is_interp_query
+from ..sql.translate.render import SUPPORTED_FUNCTIONS
+from ..sql.walk import is_interp_query, walk
 from ..storage.catalog import StreamInfo
 from ..storage.registry import StreamDefinition, load_streams
 from ..triggers import conditions
@@ -73,6 +74,18 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             f"{what} over the super table {table.name} needs"
             " PARTITION BY tbname (each child table's rows are windowed apart)",
         )
+    by_tbname = any(isinstance(e, ast.Column) and e.name.lower() == "tbname" for e in stmt.query.partition_by)
+    udaf = _aggregate_udf(session, stmt) if table.kind == "super" and not by_tbname else None
+    if udaf is not None:
+        # TDengine's crossTableWithUdaf: a UDF's intermediate buffers are not merged across
+        # the child tables' tasks, so a legacy stream computes one per child table only
+        raise StreamValidationError(
+            f"Unsupported stream query: the aggregate UDF {udaf.name}() over the super table {table.name}"
+            " needs PARTITION BY tbname",
+            line=udaf.pos.line or None,
+            column=udaf.pos.column or None,
+            statement=stmt.text,
+        )
     info = StreamInfo(db, name, stmt.text, "Running", 0, 0, session.timezone.key)
     stream, columns = checked_stream(session, info)
     _check_group_exprs(stream)
@@ -105,6 +118,16 @@ def create(session: Session, stmt: ast.CreateLegacyStream) -> Result:
             statement=stmt.text,
         )
     return register_with_output(session, stream, columns, start_offset)
+
+
+def _aggregate_udf(session: Session, stmt: ast.CreateLegacyStream) -> ast.Func | None:
+    """The first call of an AGGREGATE FUNCTION (a user-defined one) in the stream's query."""
+    for node in (n for item in stmt.query.items for n in walk(item.expr)):
+        if isinstance(node, ast.Func) and node.name not in SUPPORTED_FUNCTIONS:
+            function = session.warehouse.functions.get(node.name)
+            if function is not None and function.aggregate:
+                return node
+    return None
 
 
 def _at_query(stmt: ast.CreateLegacyStream, message: str) -> StreamValidationError:
