@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import BigInteger, Column, Engine, Integer, MetaData, String, Table, Text, delete, insert, select
 
@@ -92,16 +93,16 @@ def _type_json(dtype: DataType) -> str:
     return json.dumps(type_to_json(ColumnDef("output", dtype)))
 
 
-def _function(row: object) -> UserFunction:
+def _function(row: Any) -> UserFunction:
     return UserFunction(
-        name=row.name,  # type: ignore[attr-defined]
-        aggregate=bool(row.aggregate),  # type: ignore[attr-defined]
-        output_type=type_from_json(json.loads(row.output_type)).type,  # type: ignore[attr-defined]
-        bufsize=row.bufsize,  # type: ignore[attr-defined]
-        language=row.language,  # type: ignore[attr-defined]
-        path=row.path,  # type: ignore[attr-defined]
-        code=row.code,  # type: ignore[attr-defined]
-        code_len=row.code_len,  # type: ignore[attr-defined]
-        version=row.version,  # type: ignore[attr-defined]
-        created_at=row.created_at,  # type: ignore[attr-defined]
+        name=row.name,
+        aggregate=bool(row.aggregate),
+        output_type=type_from_json(json.loads(row.output_type)).type,
+        bufsize=row.bufsize,
+        language=row.language,
+        path=row.path,
+        code=row.code,
+        code_len=row.code_len,
+        version=row.version,
+        created_at=row.created_at,
     )
