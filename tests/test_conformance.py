@@ -50,12 +50,6 @@ KNOWN_STATEMENT_GAPS = {
         "table name column here (the lines themselves are rejected once the setup's keepColumnName is on); "
         "13-14: the setup never creates database result2; 62: the setup is a tsim script with $variables",
     ),
-    "tsma_invalid_statements.txt": (
-        "1 line(s) whose setup block failed: lines 36 (block udf: error at line 6, column 8: expected DATABASE, "
-        "STABLE, TABLE, VTABLE, STREAM, TSMA, RECURSIVE TSMA or SNODE, found 'function')",
-        "its setup block needs CREATE FUNCTION (user-defined functions are not built), so the TSMA over a UDF "
-        "cannot be tried",
-    ),
 }
 
 

@@ -139,9 +139,10 @@ def aggregate_function(name: str, code: str, kinds: Sequence[str], out: str, buf
 
 
 def spark_name(function: UserFunction, kinds: Sequence[str]) -> str:
-    """The function's name in Spark SQL for arguments of ``kinds`` (one registration per
-    version of its code and argument kinds)."""
-    digest = hashlib.sha256(("|".join(kinds) + (function.code or "")).encode()).hexdigest()[:12]
+    """The function's name in Spark SQL for arguments of ``kinds``: one per declaration (code,
+    output type, buffer size) and argument kinds, so a session never calls a replaced one."""
+    declared = [*kinds, str(function.output_type), str(function.bufsize), function.code or ""]
+    digest = hashlib.sha256("|".join(declared).encode()).hexdigest()[:12]
     return f"tdstream_udf_{function.name}_{digest}"
 
 
@@ -166,6 +167,7 @@ def function_lookup(warehouse: Warehouse, spark: Any = None) -> Callable[[str], 
     and with a session a Python one is registered with it for the argument kinds it is called
     with (without one, as when CREATE STREAM checks its query, it is only named)."""
     found: dict[str, UserFunction | None] = {}
+    registered: dict[tuple[str, tuple[str, ...]], str] = {}  # one registration per query and kinds
 
     def lookup(name: str) -> UserFunctionRef | None:
         if name not in found:
@@ -175,7 +177,12 @@ def function_lookup(warehouse: Warehouse, spark: Any = None) -> Callable[[str], 
             return None
 
         def bind(kinds: Sequence[str]) -> str:
-            return spark_name(function, kinds) if spark is None else register(spark, function, kinds)
+            if spark is None:
+                return spark_name(function, kinds)
+            key = (function.name, tuple(kinds))
+            if key not in registered:
+                registered[key] = register(spark, function, kinds)
+            return registered[key]
 
         return UserFunctionRef(
             function.name, function.aggregate, kind_of(function.output_type), function.language, bind
