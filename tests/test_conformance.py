@@ -29,26 +29,18 @@ KNOWN_GAPS = {
 
 
 # statement files with lines that still fail: the runner's exact verdict, and why
-_TBNAME = (
-    "output column tbname: tbname names the output's child tables; give the column another name (e.g. tbname AS tname)"
-)
 KNOWN_STATEMENT_GAPS = {
     "legacy_invalid_statements.txt": (
-        "8 line(s) whose setup block failed: lines "
+        "3 line(s) whose setup block failed: lines "
         + "; ".join(
             [
-                f"{n} (block basic3_L11_{b}: error at line 1, column 48: {_TBNAME})"
-                for n, b in ((6, 5), (7, 5), (8, 5), (9, 6), (10, 7))
-            ]
-            + [
                 f"{n} (block checkStreamSTable_L179_9: error at line 6, column 1: database result2 does not exist)"
                 for n in (13, 14)
             ]
             + ["62 (block function_L25_30: error at line 1, column 17: unexpected character '$')"]
         ),
-        "lines 6-10: their setup creates a stream selecting tbname as an output column, which is the child "
-        "table name column here (the lines themselves are rejected once the setup's keepColumnName is on); "
-        "13-14: the setup never creates database result2; 62: the setup is a tsim script with $variables",
+        "13-14: the setup never creates database result2; 62: the setup is a tsim script with $variables"
+        " (both fail on TDengine too)",
     ),
 }
 

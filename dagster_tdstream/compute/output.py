@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import QueryError, StreamValidationError
+from ..errors import QueryError
 from ..sql import ast
 from ..sql.translate import OutputColumn
 from ..storage.catalog import TableInfo
@@ -108,15 +108,6 @@ def create_declared_output(
     defs = []
     names = [c.lower() for c in stream.stmt.columns] or [c.name for c in columns]
     for item, column, column_name in zip(stream.stmt.query.items, columns, names, strict=True):
-        if column_name.lower() == "tbname":
-            # a super table's child table names are its tbname: an output column cannot take it
-            raise StreamValidationError(
-                "output column tbname: tbname names the output's child tables; give the column another"
-                " name (e.g. tbname AS tname)",
-                line=item.expr.pos.line or None,
-                column=item.expr.pos.column or None,
-                statement=stream.stmt.text,
-            )
         dtype = (
             infer_result_type(item.expr, cols)
             or _group_value_type(stream, item.expr)

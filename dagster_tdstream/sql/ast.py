@@ -288,6 +288,16 @@ class ColumnDef:
     comment: str | None = None
     pos: Pos = field(default=NO_POS, compare=False, repr=False)
 
+    @property
+    def stored(self) -> str:
+        """The column's name in its Delta table and in a query's data relation: its own, but
+        for a data column named tbname (a legacy stream's ``select tbname``, as TDengine
+        creates it), whose name a super table's child-table column already holds."""
+        return STORED_TBNAME if self.name.lower() == "tbname" else self.name
+
+
+STORED_TBNAME = "tbname#"
+
 
 @dataclass(frozen=True)
 class CreateDatabase(Statement):

@@ -76,7 +76,7 @@ def arrow_type(dtype: DataType) -> pa.DataType:
 
 
 def arrow_schema(columns: tuple[ColumnDef, ...], *, with_tbname: bool) -> pa.Schema:
-    fields = [pa.field(c.name, arrow_type(c.type)) for c in columns]
+    fields = [pa.field(c.stored, arrow_type(c.type)) for c in columns]
     if with_tbname:
         fields.insert(0, pa.field("tbname", pa.string(), nullable=False))
     return pa.schema(fields)

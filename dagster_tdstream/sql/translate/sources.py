@@ -15,10 +15,14 @@ from .scope import Scope, SourceTable, StreamScope, TranslationContext, Typed, k
 
 def _table_scope(table: SourceTable) -> Scope:
     columns: dict[str, tuple[str, str]] = {}
-    for col in (*table.columns, *table.tags):
-        columns[col.name.lower()] = ("d." + quote_ident(col.name), kind_of(col.type))
+    for col in table.columns:
+        columns[col.stored.lower()] = ("d." + quote_ident(col.stored), kind_of(col.type))
+    for tag in table.tags:
+        columns[tag.name.lower()] = ("d." + quote_ident(tag.name), kind_of(tag.type))
+    # the name tbname is the pseudo-column, as in TDengine; a data column so named (a legacy
+    # stream's output) is read through `*` only
     columns["tbname"] = ("d.tbname", "string")
-    star = [(c.name, c.name.lower()) for c in table.columns]
+    star = [(c.name, c.stored.lower()) for c in table.columns]
     if table.kind == "super":
         star += [(t.name, t.name.lower()) for t in table.tags]
     pk = "d." + quote_ident(table.columns[0].name)
