@@ -905,3 +905,21 @@ def test_expiry_is_judged_against_the_progress_before_the_batch(session: Session
     session.execute(f"insert into t1 values ({W0 + 12_000}, 5, 0)")  # [12 s, 13 s) closed before
     assert harness.run_until_idle().failures == []
     assert output(session, "select count(*) from xo") == [(3,)]
+
+
+def test_an_open_window_written_and_invalidated_in_one_batch_leaves_no_row(
+    session: Session, harness: StreamHarness
+) -> None:
+    # AT_ONCE pushes the open state window at T0+1s; a late row (T0+0.5s, same state) arriving
+    # before the push has run moves the window's start: the one batch holds the push and the
+    # invalidation, and the invalidation wins (TDengine keeps one row per window)
+    _setup(session)
+    session.execute(
+        "create stream s trigger at_once ignore update 0 ignore expired 0 into out as"
+        " select _wstart, count(*) c from st partition by tbname state_window(a)"
+    )
+    session.execute(f"insert into t1 values ({T0}, 1, 0) ({T0 + 1000}, 2, 0)")
+    assert harness.tick()  # the trigger task queues the push; its run has not run yet
+    session.execute(f"insert into t1 values ({T0 + 500}, 2, 0)")
+    assert harness.run_until_idle().failures == []
+    assert sorted(output(session, "select cast(_wstart as bigint), c from out")) == [(T0, 1), (T0 + 500, 2)]

@@ -160,6 +160,12 @@ def compute_triggers(
     # the rows by trigger are for the notifications: a stream without any is spared them
     notifies = stream.stmt.notification is not None
     results = _results_by_trigger(stream, translated.columns, result) if computable and notifies else {}
+    superseded = _invalidated_later(triggers, computable)
+    if superseded and stream.stmt.option(ast.RETRACT_WINDOWS) is not None:
+        # a window pushed open (AT_ONCE, MAX_DELAY) and invalidated later in the same batch:
+        # its result is notified, then taken back; it is not written (the retraction wins)
+        keep = pc.invert(pc.is_in(result.column("__tid"), pa.array(sorted(superseded), result.column("__tid").type)))
+        result = result.filter(keep)
     if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:
         # results go to the receivers only: no table is written (or created)
         return RunOutcome(len(triggers), len(computable), 0, None, _offsets(triggers), (), results)
@@ -189,6 +195,23 @@ def compute_triggers(
     return RunOutcome(
         len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables, results
     )
+
+
+def _invalidated_later(triggers: Sequence[dict[str, Any]], computable: Sequence[dict[str, Any]]) -> set[int]:
+    """The computable triggers whose window a later trigger of the batch invalidates (by
+    group and window start; a trigger's id is its place in the queue)."""
+    last_invalidated: dict[tuple[int, int], int] = {}
+    for t in triggers:
+        if t["event"] == WINDOW_INVALIDATION:
+            key = (int(t["group_id"]), int(t["wstart"]))
+            last_invalidated[key] = max(last_invalidated.get(key, -1), int(t["id"]))
+    if not last_invalidated:
+        return set()
+    return {
+        int(t["id"])
+        for t in computable
+        if int(t["id"]) < last_invalidated.get((int(t["group_id"]), int(t["wstart"])), -1)
+    }
 
 
 def _by_trigger(result: pa.Table) -> pa.Table:
