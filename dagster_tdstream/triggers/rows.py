@@ -196,6 +196,12 @@ class EventTrigger(RowWindowTrigger):
     def _fields(self, change: RowChange) -> dict[str, Any]:
         return {name: change.values.get(name) for name in self.condition_columns}
 
+    def _open_windows(self, state: RowState) -> list[Fired]:
+        # an open window's result (MAX_DELAY, the legacy AT_ONCE) is notified as closing it
+        # with the start condition that opened it: TDengine's WINDOW_CLOSE of an event window
+        # always names a triggerCondition
+        return [Fired(MAX_DELAY, state.start, state.last, state.count, {"conditionIndex": state.key})]
+
     def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
         if state.open and not self.ends and not any(holds(c, change.values) for c in self.starts):
             # START WITH (c1, c2, …) without END WITH: the window lasts while a start condition holds
