@@ -4,7 +4,18 @@ in order on a fresh warehouse, the streams driven to idle after each phase, its 
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
+import pytest
+
+from dagster_tdstream.sql import ast
+from dagster_tdstream.testing.benchmark_data import Schema, benchmark_statements
+from dagster_tdstream.testing.conformance import run_case
 from dagster_tdstream.testing.conformance import run_statement_file as run_statements
+from dagster_tdstream.testing.datagen import GeneratorError
+from dagster_tdstream.testing.notification_log import NotificationFormatError, closed_windows, stream_events
 
 from .test_conformance import CORPORA, corpus_tests
 
@@ -15,3 +26,102 @@ def test_legacy_statements_tdengine_accepts_are_accepted() -> None:
     """Every CREATE STREAM of TDengine's legacy tests parses and passes the rules."""
     result = run_statements(CORPORA / "legacy_stream" / "legacy_create_stream_statements.txt", expect_valid=True)
     assert result.passed, result.reason
+
+
+NOTIFY_CASE = CORPORA / "legacy_stream" / "cases" / "notify_max_delay_window_close_events_match_result_table.json"
+
+
+def _smaller(case: dict[str, Any], tables: int, rows: int) -> dict[str, Any]:
+    """The scenario on less data: its taosBenchmark description with fewer tables and rows."""
+    generator = dict(case["data_generator"])
+    generator["ddl"] = [re.sub(r"\d+ child tables ct0..ct\d+", f"{tables} child tables ct0..ct{tables - 1}", line) for line in generator["ddl"]]  # fmt: skip
+    generator["rows"] = [re.sub(r"\d+ rows per child table", f"{rows} rows per child table", line) for line in generator["rows"]]  # fmt: skip
+    return {**case, "data_generator": generator}
+
+
+def test_a_taosbenchmark_run_feeds_streams_whose_notifications_match_their_results(spark: object) -> None:
+    """TDengine's notify test on less data: the runner generates the data its prose describes,
+    starts the WebSocket logger the statements' {port} names, and compares the windows each
+    stream's events closed with its result table, every message held to the format."""
+    case = _smaller(json.loads(NOTIFY_CASE.read_text()), tables=2, rows=240)
+    result = run_case(case, spark=spark)
+    assert result.passed, result.reason
+    # the comparison can fail: results that leave out windows the notifications closed
+    check = case["expected"][0]
+    wrong = {**check, "equals_query": check["equals_query"].replace("order by tbname, wstart", "order by tbname, wstart limit 3")}  # fmt: skip
+    result = run_case({**case, "stream_sql": case["stream_sql"][:1], "expected": [wrong]}, spark=spark)
+    assert not result.passed and "closed window(s) notified" in result.reason, result.reason
+
+
+def test_taosbenchmark_descriptions_give_the_tables_rows_and_times_they_describe() -> None:
+    generator = {
+        "name": "taosBenchmark -f stream_notify.json",
+        "ddl": [
+            "database test exists (drop no); super table st exists;"
+            " 3 child tables d1..d3 auto-created, tag groupid random INT in [1,100]"
+        ],
+        "rows": [
+            "7 rows per child table, random values for c0..c1 (types as in the table),"
+            " start 2025-01-13 17:30:00.000, timestamp_step 500 ms, interlace_rows 3"
+        ],
+    }
+    columns = (
+        ast.ColumnDef("ts", ast.DataType("TIMESTAMP")),
+        ast.ColumnDef("c0", ast.DataType("BOOL")),
+        ast.ColumnDef("c1", ast.DataType("VARCHAR", 4)),
+        ast.ColumnDef("c2", ast.DataType("INT")),
+    )
+    schema = Schema(columns, (ast.ColumnDef("groupid", ast.DataType("INT")),), "ms")
+    asked: list[tuple[str, str]] = []
+
+    def schema_of(db: str, stable: str) -> Schema:
+        asked.append((db, stable))
+        return schema
+
+    statements = benchmark_statements(generator, schema_of, "Asia/Shanghai")
+    assert asked == [("test", "st")]
+    creates, inserts = statements[:3], statements[3:]
+    assert [c.split(" using ")[0] for c in creates] == [f"create table if not exists test.d{i}" for i in (1, 2, 3)]
+    assert all(1 <= int(re.search(r"tags \((\d+)\)", c).group(1)) <= 100 for c in creates)  # type: ignore[union-attr]
+    assert len(inserts) == 3  # interlace rounds of 3, 3 and 1 rows per table
+    rows = re.findall(r"\((\d+), (true|false), '([A-Za-z]{1,4})', NULL\)", " ".join(inserts))
+    assert len(rows) == 21
+    start = 1736760600000  # 2025-01-13 17:30:00 in Shanghai (UTC+8)
+    assert sorted({int(r[0]) for r in rows}) == [start + 500 * j for j in range(7)]
+    assert inserts[0].count("test.d1 values") == 1 and inserts[0].count("(") == 9
+    assert benchmark_statements(generator, schema_of, "Asia/Shanghai") == statements  # seeded: a run repeats
+    # the disorder file: some rows come up to disorder_range ms early
+    disordered = {
+        **generator,
+        "name": "taosBenchmark -f stream_notify_disorder.json",
+        "rows": [generator["rows"][0] + ", disorder_range 100"],
+    }
+    times = [int(t) for t in re.findall(r"\((\d+),", " ".join(benchmark_statements(disordered, schema_of, "Asia/Shanghai")))]  # fmt: skip
+    off_step = [t for t in times if (t - start) % 500]
+    assert off_step and all(0 < (-(t - start)) % 500 < 100 for t in off_step)
+    with pytest.raises(GeneratorError, match="rows per child table"):
+        benchmark_statements({**generator, "rows": ["some rows"]}, schema_of, None)
+
+
+def _message(message_id: str, *events: dict[str, Any]) -> str:
+    return json.dumps(
+        {"messageId": message_id, "timestamp": 1, "streams": [{"streamName": "s", "events": list(events)}]}
+    )
+
+
+def test_notification_messages_are_held_to_tdengines_format() -> None:
+    close = {
+        "tableName": "t", "eventType": "WINDOW_CLOSE", "eventTime": 1, "windowId": "7", "windowType": "Time",
+        "windowStart": 0, "windowEnd": 10, "result": {},
+    }  # fmt: skip
+    invalid = {**close, "eventType": "WINDOW_INVALIDATION"}
+    reopened = {**close, "windowStart": 20, "windowEnd": 30, "windowId": "8"}
+    events = stream_events([_message("a", close, reopened), _message("b", invalid)], "s", ["'window_close'"])
+    assert closed_windows(events) == [(20, 30, "t")]  # the invalidated window is taken back
+    with pytest.raises(NotificationFormatError, match="not unique"):
+        stream_events([_message("a", close), _message("a", close)], "s", ["window_close"])
+    opened = {**close, "eventType": "WINDOW_OPEN"}
+    with pytest.raises(NotificationFormatError, match="did not subscribe"):
+        stream_events([_message("a", opened)], "s", ["window_close"])
+    with pytest.raises(NotificationFormatError, match="lacks triggerCondition"):
+        stream_events([_message("a", {**close, "windowType": "Event"})], "s", ["window_close"])

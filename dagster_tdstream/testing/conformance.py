@@ -39,8 +39,10 @@ from ..sql.tokens import split_statements
 from ..sql.validate import validate_create_stream
 from ..storage.registry import load_streams
 from ..storage.warehouse import Warehouse
+from .benchmark_data import Schema, benchmark_statements, is_benchmark
 from .datagen import GeneratorError, generate, render
 from .harness import StreamHarness
+from .notification_log import NotificationFormatError, NotificationLog, closed_windows, stream_events
 
 # the tables TDengine's stream syntax tests create: an invalid-statements file without a setup
 # of its own is checked against them (TDengine rejects some of its lines only by its catalog)
@@ -196,6 +198,8 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
     expected = case.get("expected", [])
     history: dict[str, list[list[Any]]] = {}  # query → rows at its latest check (unchanged_cells)
     warehouse = Warehouse(str(tmp / "warehouse"))
+    # the WebSocket logger TDengine's notify tests start: {port} in the statements is its port
+    log = NotificationLog() if any("{port}" in sql for sql in case.get("stream_sql", [])) else None
     try:
         session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case))
         harness = StreamHarness(warehouse, timezone=timezone)
@@ -207,7 +211,7 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
             for statement in expand(sql, now_ms):
                 _execute(session, statement, "setup")
         for sql in case.get("stream_sql", []):
-            _execute(session, _with_now(sql, now_ms), "stream")
+            _execute(session, _with_now(sql.replace("{port}", str(log.port)) if log else sql, now_ms), "stream")
         streams = load_streams(warehouse)
         # MAX_DELAY, and the 10 s a 2.x continuous query waits after CREATE before it computes
         delays = [
@@ -245,6 +249,10 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                 if api:
                     subscriptions.call(_with_now(api.group(1).strip(), now_ms))
                     continue
+                if _runs_generator(sql):  # a taosBenchmark run here, as the data_generator describes it
+                    for statement in _benchmark(session, case):
+                        _execute(session, statement, phase.get("phase", "data"))
+                    continue
                 sleep = re.fullmatch(r"\s*--\s*sleep\s+(\d+)\s*ms\s*;?\s*", sql)
                 if sleep:
                     # the test sleeps here: TDengine's streams catch up on what was written, and
@@ -265,10 +273,66 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
             for check in checks:
                 if check.get("query", "").startswith(_CONSUMED):
                     _check_rows(subscriptions.last_rows(), check, "after " + str(phase.get("phase")))
+                elif _NOTIFIED.match(check.get("query", "")):
+                    _check_notifications(session, log, check)
                 else:
                     _check(session, check, history)
     finally:
         warehouse.close()
+        if log is not None:
+            log.close()
+
+
+# a check of the windows a stream's notifications closed against a query of its results
+_NOTIFIED = re.compile(r"notifications of stream (\w+)\b")
+
+
+def _check_notifications(session: Session, log: NotificationLog | None, check: dict[str, Any]) -> None:
+    """The (windowStart, windowEnd, tableName) of the windows the stream's events closed (and
+    did not invalidate since) equal ``equals_query``'s rows, once delivery has gone quiet;
+    every message is held to TDengine's format on the way."""
+    match = _NOTIFIED.match(check["query"])
+    assert match is not None
+    label = f"after {check.get('after_phase')}: notifications of stream {match.group(1)}"
+    if log is None or "equals_query" not in check:
+        raise CaseFailed(f"{label}: the scenario starts no notification receiver or gives no equals_query")
+    stream = next((s for s in load_streams(session.warehouse) if s.name == match.group(1).lower()), None)
+    if stream is None or stream.stmt.notification is None:
+        raise CaseFailed(f"{label}: no stream {match.group(1)} with a notification")
+    try:
+        events = stream_events(log.settled(), stream.name, stream.stmt.notification.on)
+    except NotificationFormatError as exc:
+        raise CaseFailed(f"{label}: {exc}") from None
+    windows = [list(w) for w in closed_windows(events)]
+    expected = [list(row) for row in _query(session, check["equals_query"], label).rows]
+    if windows != expected:
+        extra = [w for w in windows if w not in expected][:3]
+        absent = [w for w in expected if w not in windows][:3]
+        raise CaseFailed(
+            f"{label}: {len(windows)} closed window(s) notified, {len(expected)} result row(s);"
+            f" notified only: {extra}; in the results only: {absent}"
+        )
+
+
+def _runs_generator(sql: str) -> bool:
+    """A data line that stands for the ``data_generator`` run (``-- taosBenchmark -f …``)."""
+    return bool(re.match(r"\s*--\s*(taosBenchmark\b|.*\bsee data_generator\b)", sql, re.I))
+
+
+def _benchmark(session: Session, case: dict[str, Any]) -> list[str]:
+    generator = case.get("data_generator")
+    if not isinstance(generator, dict):
+        raise CaseFailed("a data line runs the data_generator, which the scenario does not give")
+    if not is_benchmark(generator):
+        return generate(generator)
+
+    def schema_of(db: str, stable: str) -> Schema:
+        table = session.warehouse.find_table(db, stable)
+        if table is None:
+            raise CaseFailed(f"the data_generator writes into {db}.{stable}, which the setup did not create")
+        return Schema(table.columns, table.tags, session.warehouse.database(db).precision)
+
+    return benchmark_statements(generator, schema_of, case.get("timezone"))
 
 
 # a check of the rows a subscription call returned, not a query
@@ -301,7 +365,10 @@ def _holding(session: Session, checks: list[dict[str, Any]], history: dict[str, 
     """Whether every check holds already: a poll that succeeds at once (its rows then count as
     read, for later ``unchanged_cells``). Only queries are polled: a statement expected to fail,
     or a subscription's rows, is taken once, after the delay."""
-    if not checks or any(c.get("expect_error") or c.get("query", "").startswith(_CONSUMED) for c in checks):
+    if not checks or any(
+        c.get("expect_error") or c.get("query", "").startswith(_CONSUMED) or _NOTIFIED.match(c.get("query", ""))
+        for c in checks
+    ):
         return False
     trial = dict(history)
     try:
@@ -329,6 +396,8 @@ def _describes_data(case: dict[str, Any]) -> bool:
     ``-- data_generator: for …`` line (the field then only describes it)."""
     if "data_generator" not in case:
         return False
+    if any(_runs_generator(sql) for phase in case.get("data_sql", []) for sql in phase.get("sql", [])):
+        return False  # a data phase runs it
     return not any(re.match(r"\s*--\s*data_generator:\s*for\b", sql) for sql in case.get("setup_sql", []))
 
 
