@@ -120,8 +120,37 @@ def test_notification_messages_are_held_to_tdengines_format() -> None:
     assert closed_windows(events) == [(20, 30, "t")]  # the invalidated window is taken back
     with pytest.raises(NotificationFormatError, match="not unique"):
         stream_events([_message("a", close), _message("a", close)], "s", ["window_close"])
+    # a stream with the logger's address twice receives each message twice, the same
+    assert len(stream_events([_message("a", close), _message("a", close)], "s", ["window_close"], copies=2)) == 1
+    with pytest.raises(NotificationFormatError, match="not unique"):
+        stream_events([_message("a", close), _message("a", reopened)], "s", ["window_close"], copies=2)
     opened = {**close, "eventType": "WINDOW_OPEN"}
     with pytest.raises(NotificationFormatError, match="did not subscribe"):
         stream_events([_message("a", opened)], "s", ["window_close"])
     with pytest.raises(NotificationFormatError, match="lacks triggerCondition"):
         stream_events([_message("a", {**close, "windowType": "Event"})], "s", ["window_close"])
+
+
+def test_a_taosbenchmark_run_no_data_line_names_follows_the_setup(spark: object) -> None:
+    """Without a data line standing for it, the described run writes into the setup's tables
+    right after the setup (before the streams, which see it as history)."""
+    case = {
+        "id": "benchmark_after_setup",
+        "timezone": "UTC",
+        "setup_sql": ["create database test;", "use test;", "create stable st (ts timestamp, v int) tags (g int);"],
+        "data_generator": {
+            "name": "taosBenchmark -f rows.json",
+            "ddl": ["database test exists; super table st exists; 2 child tables d0..d1 auto-created"],
+            "rows": ["20 rows per child table, start 2025-01-01 00:00:00.000, timestamp_step 1 s"],
+        },
+        "stream_sql": [
+            "create stream s fill_history 1 into test.out as select _wstart, count(*) c from test.st interval(10s);"
+        ],
+        "expected": [
+            {"after_phase": "setup", "query": "select count(*) from test.st", "row_count": 1, "cells": [[0, 0, 40]]},
+            # 2 tables x 20 rows, 1 s apart: the first 10 s window closed, the second still open
+            {"after_phase": "setup", "query": "select c from test.out", "row_count": 1, "cells": [[0, 0, 20]]},
+        ],
+    }
+    result = run_case(case, spark=spark)
+    assert result.passed, result.reason

@@ -69,22 +69,29 @@ class NotificationLog:
         self._thread.join(timeout=10)
 
 
-def stream_events(messages: Iterable[str], stream: str, subscribed: Iterable[str]) -> list[dict[str, Any]]:
+def stream_events(
+    messages: Iterable[str], stream: str, subscribed: Iterable[str], copies: int = 1
+) -> list[dict[str, Any]]:
     """The events of ``stream`` in arrival order, every message checked against the format
-    (``subscribed``: the stream's ON events, e.g. ``window_close``)."""
+    (``subscribed``: the stream's ON events, e.g. ``window_close``). ``copies``: how many of
+    the stream's addresses are this logger (each gets every message: the same messageId
+    arrives that many times, identical; any other repeat breaks its uniqueness)."""
     allowed = {_EVENT_TYPES[e.strip("'\" ").lower()] for e in subscribed if e.strip("'\" ").lower() in _EVENT_TYPES}
     if WINDOW_CLOSE in allowed:
         allowed.add(WINDOW_INVALIDATION)  # TDengine sends it only to window_close subscribers
-    ids: set[str] = set()
+    seen: dict[str, tuple[str, int]] = {}  # messageId → (its text, times received)
     events = []
     for text in messages:
         message = json.loads(text)
         for key in ("messageId", "timestamp", "streams"):
             if key not in message:
                 raise NotificationFormatError(f"a message has no {key}: {text[:200]}")
-        if message["messageId"] in ids:
+        first, times = seen.get(message["messageId"], (text, 0))
+        if times >= copies or first != text:
             raise NotificationFormatError(f"messageId {message['messageId']} is not unique")
-        ids.add(message["messageId"])
+        seen[message["messageId"]] = (first, times + 1)
+        if times:
+            continue  # the copy another of the stream's addresses received
         for entry in message["streams"]:
             if "streamName" not in entry or "events" not in entry:
                 raise NotificationFormatError(f"a streams entry lacks streamName or events: {json.dumps(entry)[:200]}")
