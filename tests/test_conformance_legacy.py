@@ -154,3 +154,33 @@ def test_a_taosbenchmark_run_no_data_line_names_follows_the_setup(spark: object)
     }
     result = run_case(case, spark=spark)
     assert result.passed, result.reason
+
+
+def test_a_window_open_only_stream_is_checked_for_format_on_every_address(spark: object) -> None:
+    """TDengine's notify test with window_open only and three addresses (a logger each): here
+    one logger takes every {portN}; without equals_query the check is the messages' format."""
+    case = {
+        "id": "open_only_three_addresses",
+        "timezone": "UTC",
+        "setup_sql": [
+            "create database test;",
+            "use test;",
+            "create stable st (ts timestamp, v int) tags (g int);",
+            "create table c1 using st tags (1);",
+        ],
+        "stream_sql": [
+            "create stream s trigger at_once into out as select _wstart, count(*) c from st partition by tbname"
+            " interval(5s) notify ('ws://127.0.0.1:{port1}', 'ws://127.0.0.1:{port2}', 'ws://127.0.0.1:{port3}')"
+            " on ('window_open');",
+            "create stream quiet trigger at_once into out2 as select _wstart, count(*) c from st where v > 100"
+            " partition by tbname interval(5s) notify ('ws://127.0.0.1:{port}') on ('window_open');",
+        ],
+        "data_sql": [{"phase": "insert", "sql": ["insert into c1 values (1735689600000, 1) (1735689606000, 2);"]}],
+        "expected": [{"after_phase": "insert", "query": "notifications of stream s: well-formed, WINDOW_OPEN only"}],
+    }
+    result = run_case(case, spark=spark)
+    assert result.passed, result.reason
+    # a check on a stream that sent nothing fails rather than passing on no messages
+    quiet = {**case, "expected": [{"after_phase": "insert", "query": "notifications of stream quiet: well-formed"}]}
+    result = run_case(quiet, spark=spark)
+    assert not result.passed and "sent no event" in result.reason, result.reason
