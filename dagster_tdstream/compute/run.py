@@ -151,8 +151,7 @@ def compute_triggers(
     finally:
         views.close()
     if empty:  # no rows are left in these windows: they are retracted below, not written
-        keep = pc.invert(pc.is_in(result.column("__tid"), pa.array(sorted(empty), result.column("__tid").type)))
-        result = result.filter(keep)
+        result = _without(result, empty)
     if stream.stmt.option(ast.LEGACY_FILL) is not None and computable:
         assert isinstance(trigger, WindowTrigger)  # the legacy family fills INTERVAL windows only
         result = fill_windows(warehouse, stream, trigger, result, computable, clock(), replace_range, around)
@@ -160,12 +159,10 @@ def compute_triggers(
     # the rows by trigger are for the notifications: a stream without any is spared them
     notifies = stream.stmt.notification is not None
     results = _results_by_trigger(stream, translated.columns, result) if computable and notifies else {}
-    superseded = _invalidated_later(triggers, computable)
-    if superseded and stream.stmt.option(ast.RETRACT_WINDOWS) is not None:
+    if stream.stmt.option(ast.RETRACT_WINDOWS) is not None:
         # a window pushed open (AT_ONCE, MAX_DELAY) and invalidated later in the same batch:
         # its result is notified, then taken back; it is not written (the retraction wins)
-        keep = pc.invert(pc.is_in(result.column("__tid"), pa.array(sorted(superseded), result.column("__tid").type)))
-        result = result.filter(keep)
+        result = _without(result, _invalidated_later(triggers, computable))
     if stream.output is None or stream.stmt.option("CALC_NOTIFY_ONLY") is not None:
         # results go to the receivers only: no table is written (or created)
         return RunOutcome(len(triggers), len(computable), 0, None, _offsets(triggers), (), results)
@@ -195,6 +192,14 @@ def compute_triggers(
     return RunOutcome(
         len(triggers), len(computable), outcome.rows, outcome.version, _offsets(triggers), outcome.tables, results
     )
+
+
+def _without(result: pa.Table, tids: set[int]) -> pa.Table:
+    """The result rows of every trigger but ``tids``."""
+    if not tids:
+        return result
+    column = result.column("__tid")
+    return result.filter(pc.invert(pc.is_in(column, pa.array(sorted(tids), column.type))))
 
 
 def _invalidated_later(triggers: Sequence[dict[str, Any]], computable: Sequence[dict[str, Any]]) -> set[int]:

@@ -309,9 +309,9 @@ def _check_notifications(session: Session, log: NotificationLog | None, check: d
     stream = next((s for s in load_streams(session.warehouse) if s.name == match.group(1).lower()), None)
     if stream is None or stream.stmt.notification is None:
         raise CaseFailed(f"{label}: no stream {match.group(1)} with a notification")
+    note = stream.stmt.notification
+    logged = sum(1 for url in note.urls if re.fullmatch(rf"wss?://127\.0\.0\.1:{log.port}(/.*)?", url))
     try:
-        note = stream.stmt.notification
-        logged = sum(1 for url in note.urls if re.fullmatch(rf"wss?://127\.0\.0\.1:{log.port}(/.*)?", url))
         events = stream_events(log.settled(), stream.name, note.on, copies=max(logged, 1))
     except NotificationFormatError as exc:
         raise CaseFailed(f"{label}: {exc}") from None

@@ -20,7 +20,8 @@ from typing import Any
 
 from websockets.sync.server import Server, ServerConnection, serve
 
-WINDOW_OPEN, WINDOW_CLOSE, WINDOW_INVALIDATION = "WINDOW_OPEN", "WINDOW_CLOSE", "WINDOW_INVALIDATION"
+from ..triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION, WINDOW_OPEN
+
 _EVENT_TYPES = {"window_open": WINDOW_OPEN, "window_close": WINDOW_CLOSE}
 # the legacy (3.0–3.3.6) event names its window; 3.3.7's names its trigger
 _LEGACY_WINDOW_TYPES = {"Time", "State", "Session", "Event", "Count"}
@@ -76,7 +77,8 @@ def stream_events(
     (``subscribed``: the stream's ON events, e.g. ``window_close``). ``copies``: how many of
     the stream's addresses are this logger (each gets every message: the same messageId
     arrives that many times, identical; any other repeat breaks its uniqueness)."""
-    allowed = {_EVENT_TYPES[e.strip("'\" ").lower()] for e in subscribed if e.strip("'\" ").lower() in _EVENT_TYPES}
+    names = (e.strip("'\" ").lower() for e in subscribed)
+    allowed = {_EVENT_TYPES[name] for name in names if name in _EVENT_TYPES}
     if WINDOW_CLOSE in allowed:
         allowed.add(WINDOW_INVALIDATION)  # TDengine sends it only to window_close subscribers
     seen: dict[str, tuple[str, int]] = {}  # messageId → (its text, times received)
@@ -105,9 +107,9 @@ def stream_events(
 
 def _check_event(event: dict[str, Any], allowed: set[str], stream: str) -> None:
     legacy = "windowId" in event or "triggerId" not in event
-    missing = [key for key in (*_COMMON, *(("windowId", "windowType") if legacy else ("triggerId", "triggerType")))]
-    missing = [key for key in missing if key not in event]
-    kind, window = event.get("eventType"), event.get("windowType" if legacy else "triggerType")
+    named = ("windowId", "windowType") if legacy else ("triggerId", "triggerType")
+    missing = [key for key in (*_COMMON, *named) if key not in event]
+    kind, window = event.get("eventType"), event.get(named[1])
     if kind not in allowed:
         raise NotificationFormatError(f"stream {stream} sent a {kind} event it did not subscribe to")
     if legacy and window not in _LEGACY_WINDOW_TYPES:
