@@ -696,7 +696,7 @@ class Session:
             if merged is not None and tsma_read is not None:  # a plain lookup is finished here
                 table, choice = tsma_read
                 precision = self.warehouse.database(table.db).precision
-                arrow = answer_from_states(select, table, choice.shape.tag_filtered, merged, precision)
+                arrow = answer_from_states(select, table, choice.shape, merged, precision)
             if arrow is None:
                 arrow = run_query(views, translated, timeout_seconds=self.query_timeout)
         finally:

@@ -122,3 +122,67 @@ def test_years_of_monthly_windows_are_monthly_partitions_and_a_few_runs(warehous
     (job,) = harness._definitions()
     partitions = job.asset.partitions_def
     assert partitions is not None and partitions.get_first_partition_key() == "2020-01"
+
+
+# UTC instants on both sides of 00:00 UTC and of 16:00 UTC (Shanghai's midnight), a week apart
+DAY_ROWS = ["2025-01-01 15:50:00", "2025-01-01 16:10:00", "2025-01-01 23:50:00", "2025-01-02 00:10:00",
+            "2025-01-08 15:59:59", "2025-01-08 16:00:00"]  # fmt: skip
+
+
+def _utc_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=ZoneInfo("UTC")).timestamp() * 1000)
+
+
+def test_days_and_weeks_start_at_the_time_zones_midnight(warehouse: Warehouse, spark: object) -> None:
+    """TDengine's taosTimeTruncate: INTERVAL(1d) and (1w) windows start at local (standard)
+    midnight, every other fixed unit — 24h included — on the UTC grid; a query, a legacy
+    stream, a 3.3.7 trigger and a TSMA agree, and a TSMA whose hours do not fall on the
+    query's days (UTC+5:30) is not read."""
+    session = _session(warehouse, spark)
+    session.execute(
+        "create database cald; use cald; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1);"
+        "create stream legacy trigger at_once into by_day as select _wstart ws, count(*) n from st interval(1d);"
+        "create stream new interval(1d) sliding(1d) from st into by_day_new as "
+        "select _twstart ws, count(*) n from %%trows"
+    )
+    values = " ".join(f"({_utc_ms(s)}, {i})" for i, s in enumerate(DAY_ROWS))
+    session.execute(f"insert into a values {values}")
+    harness = StreamHarness(warehouse, timezone=ZONE)
+    assert harness.run_until_idle().failures == []
+    days = [(_ms(f"2025-01-{d:02d} 00:00:00"), n) for d, n in ((1, 1), (2, 3), (8, 1), (9, 1))]
+    assert output(session, "select _wstart, count(*) from a interval(1d)") == days
+    # weeks from Thursday 00:00 local (1970-01-01 was a Thursday): 2025-01-02 and 01-09
+    weeks = [(_ms(f"{d} 00:00:00"), n) for d, n in (("2024-12-26", 1), ("2025-01-02", 4), ("2025-01-09", 1))]
+    assert output(session, "select _wstart, count(*) from a interval(1w)") == weeks
+    utc_days = [(_utc_ms(f"2025-01-{d:02d} 00:00:00"), n) for d, n in ((1, 3), (2, 1), (8, 2))]
+    assert output(session, "select _wstart, count(*) from a interval(24h)") == utc_days
+    assert sorted(output(session, "select ws, n from by_day")) == days
+    # the 3.3.7 trigger's closed windows: the newest row (01-09 00:00 local) closed 01-08's
+    assert [r for r in output(session, "select ws, n from by_day_new order by ws") if r[1]] == days[:3]
+    session.execute("create tsma td on st function(count(ts)) interval(1d)")
+    assert harness.run_until_idle().failures == []
+    session.execute("alter local 'querySmaOptimize' '1'")
+    for query, reads in (
+        ("select _wstart, count(*) from st interval(1d)", b"cald.td"),
+        ("select _wstart, count(*) from st interval(1w)", b"cald.td"),
+        ("select _wstart, count(*) from st interval(24h)", None),  # 16:00 UTC days do not make 24h ones
+    ):
+        answer = session.query(query)
+        assert answer.rows == session.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1)).rows
+        metadata = (answer.table.schema.metadata or {}) if answer.table is not None else {}
+        assert metadata.get(b"tdstream.tsma") == reads, query
+    # in UTC+5:30 a day starts at half past an hour: an hourly TSMA answers 2h windows, not days
+    kolkata = Session(warehouse, timezone="Asia/Kolkata", spark=LazySpark(session=spark))  # type: ignore[arg-type]
+    kolkata.execute(
+        "use cald; create tsma th on st function(count(ts)) interval(1h); alter local 'querySmaOptimize' '1'"
+    )
+    assert harness.run_until_idle().failures == []
+    for query, reads in (
+        ("select _wstart, count(*) from st interval(2h)", b"cald.th"),
+        ("select _wstart, count(*) from st interval(1d)", None),
+    ):
+        answer = kolkata.query(query)
+        assert answer.rows == kolkata.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1)).rows
+        metadata = (answer.table.schema.metadata or {}) if answer.table is not None else {}
+        assert metadata.get(b"tdstream.tsma") == reads, query

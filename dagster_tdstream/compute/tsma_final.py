@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from ..sql import ast
 from ..sql.intervals import IntervalSpec
 from ..sql.tsma import FUNCTION_STATES, State
+from ..sql.tsma_use import QueryShape
 from ..storage.catalog import TableInfo
 from .tsma_states import fixed_interval, value_at
 
@@ -41,7 +42,7 @@ class _Item:
     needs: tuple[tuple[str, str], ...] = ()
 
 
-def answer(select: ast.Select, table: TableInfo, tag_filtered: bool, rows: pa.Table, precision: str) -> pa.Table | None:
+def answer(select: ast.Select, table: TableInfo, shape: QueryShape, rows: pa.Table, precision: str) -> pa.Table | None:
     """The query's result columns (``__c0`` …, as the translated query names them), or None
     when it is not of the plain shape (or reads no row: Spark says what an empty input gives)."""
     descending = _by_window(select)
@@ -49,11 +50,11 @@ def answer(select: ast.Select, table: TableInfo, tag_filtered: bool, rows: pa.Ta
         select.having is not None
         or descending is None
         or any(v is not None for v in (select.slimit, select.soffset, select.interp))
-        or tag_filtered
+        or shape.tag_filtered
         or not rows.num_rows
     ):
         return None
-    spec = _spec(select.window, precision)
+    spec = _spec(select.window, precision, shape.timezone)
     if select.window is not None and spec is None:
         return None
     # ORDER BY and LIMIT of one series of windows only (each partition ranks its own rows)
@@ -120,11 +121,11 @@ def _by_window(select: ast.Select) -> bool | None:
     return order.descending if order.expr.name.lower() in named else None
 
 
-def _spec(window: ast.QueryWindow | None, precision: str) -> IntervalSpec | None:
+def _spec(window: ast.QueryWindow | None, precision: str, timezone: str) -> IntervalSpec | None:
     """The INTERVAL's geometry when it is one this process finishes: fixed, no FILL."""
     if not isinstance(window, ast.IntervalWindow) or window.fill is not None:
         return None
-    spec = fixed_interval(window, precision)
+    spec = fixed_interval(window, precision, timezone)
     return spec if spec is not None and spec.sliding <= spec.interval else None  # else the translator refuses it
 
 

@@ -237,7 +237,7 @@ def _atoms(keys: pa.ChunkedArray, choice: TsmaChoice, precision: str) -> pa.Arra
     window = choice.shape.window
     if window is None:
         return pa.array(np.zeros(len(keys), np.int64))
-    spec = fixed_interval(window, precision)
+    spec = fixed_interval(window, precision, choice.shape.timezone)
     if spec is None:
         return None
     step = gcd(spec.interval, spec.sliding)
@@ -245,11 +245,13 @@ def _atoms(keys: pa.ChunkedArray, choice: TsmaChoice, precision: str) -> pa.Arra
     return pa.array(at - np.mod(at - spec.offset, step))
 
 
-def fixed_interval(window: ast.IntervalWindow, precision: str) -> IntervalSpec | None:
-    """The INTERVAL's fixed geometry; None for calendar windows or one the translator refuses
-    (it says what is wrong)."""
+def fixed_interval(window: ast.IntervalWindow, precision: str, timezone: str) -> IntervalSpec | None:
+    """The INTERVAL's fixed geometry (days and weeks from ``timezone``'s midnight); None for
+    calendar windows or one the translator refuses (it says what is wrong)."""
     try:
-        spec = IntervalSpec.from_durations(window.interval, window.sliding or window.interval, window.offset, precision)
+        spec = IntervalSpec.from_durations(
+            window.interval, window.sliding or window.interval, window.offset, precision, timezone
+        )
     except TimeValueError:
         return None
     return spec if isinstance(spec, IntervalSpec) else None

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..sql import ast, tsma
 from ..sql.constants import INT64_MAX, ConstantContext
-from ..sql.timeunits import NANOS_PER_UNIT, PRECISIONS, Duration
+from ..sql.timeunits import NANOS_PER_UNIT, PRECISIONS, Duration, resolve_timezone
 from ..sql.tsma_use import QueryShape, covers, query_shape
 from ..storage.catalog import StreamInfo, TableInfo
 from ..storage.registry import resolve_stream, tsma_root
@@ -57,7 +57,8 @@ def choose(
     if shape is None:
         return None
     for info, written, base in sorted(found, key=lambda f: _length(f[1].interval), reverse=True):
-        if not covers(shape, frozenset((f.name, f.column.lower()) for f in base.functions), written.interval):
+        kept = frozenset((f.name, f.column.lower()) for f in base.functions)
+        if not covers(shape, kept, written.interval, resolve_timezone(info.timezone).key):
             continue
         output = warehouse.find_table(info.db, info.name + tsma.OUTPUT_SUFFIX)
         final = final_before(warehouse, info)

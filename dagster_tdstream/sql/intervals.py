@@ -12,7 +12,7 @@ from __future__ import annotations
 import calendar
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
@@ -49,7 +49,8 @@ class IntervalSpec:
                 precision=precision,
                 timezone=timezone,
             )
-        return cls(size.in_precision(precision), sliding.in_precision(precision), fixed_offset)
+        step = sliding.in_precision(precision)
+        return cls(size.in_precision(precision), step, fixed_offset + day_shift(size, precision, timezone) % step)
 
     def floor(self, ts: int) -> int:
         """The start of the last window that starts at or before ``ts``."""
@@ -104,6 +105,25 @@ class IntervalSpec:
         return f"explode(sequence({shifted_floor} + {self.sliding}, {floor}, CAST({self.sliding} AS BIGINT)))"
 
 
+def day_shift(interval: Duration, precision: str, timezone: str) -> int:
+    """How far ``INTERVAL(interval)``'s grid moves from the Unix epoch's: TDengine's
+    ``taosTimeTruncate`` starts windows whose INTERVAL is in days or weeks at the time zone's
+    midnight (it adds C's ``timezone``, the standard-time offset west of UTC; no daylight
+    saving), every other fixed unit at multiples from 1970-01-01 00:00 UTC."""
+    if interval.unit not in ("d", "w"):
+        return 0
+    return -_standard_offset_seconds(timezone) * (10**9 // PRECISIONS[precision])
+
+
+@lru_cache(maxsize=64)
+def _standard_offset_seconds(timezone: str) -> int:
+    # a fixed day keeps results independent of the date they are computed on; January gives
+    # the southern hemisphere's daylight time, which dst() takes back out
+    at = datetime(2025, 1, 15, 12, tzinfo=ZoneInfo(timezone))
+    offset, dst = at.utcoffset() or timedelta(0), at.dst() or timedelta(0)
+    return int((offset - dst).total_seconds())
+
+
 # the rule as docs/sql-support.md states it (generated from here with the function tables)
 CALENDAR_RULES = (
     "`INTERVAL` in `n` (months) or `y` (years, 12n), in queries and stream triggers, on the calendar",
@@ -124,6 +144,13 @@ CALENDAR_RULES = (
     "holding it. The offset is a fixed duration; a trigger takes at most 99 windows per row,",
     "a month counting as 31 days (`INTERVAL(1y) SLIDING(1d)` is refused); FILL over calendar",
     "windows needs SLIDING equal to the INTERVAL.",
+    "",
+    "Fixed windows in days or weeks (`INTERVAL(1d)`, `INTERVAL(2w)`, in queries, stream triggers",
+    "and TSMAs) start at the time zone's midnight in its standard time, as TDengine's",
+    "`taosTimeTruncate` shifts them (daylight saving does not move them); weeks on the Thursday",
+    "1970-01-01 fell on. Every other fixed unit, `24h` included, counts from 1970-01-01 00:00 UTC.",
+    "A query reads a TSMA only when its windows also start on the TSMA's grid: in UTC+5:30 an",
+    "hourly TSMA answers `INTERVAL(2h)`, not `INTERVAL(1d)`.",
 )
 
 _DAY_SECONDS = 86400

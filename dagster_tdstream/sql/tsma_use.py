@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from . import ast
 from .constants import INT64_MAX, INT64_MIN, ConstantContext, key_bounds
+from .intervals import day_shift
 from .timeunits import Duration
 from .translate.functions import AGGREGATES, SCALARS, TIME_FUNCTIONS
 from .tsma import TSMA_FUNCTIONS
@@ -37,6 +38,7 @@ class QueryShape:
     low: int = INT64_MIN
     high: int = INT64_MAX
     tag_filtered: bool = False  # the WHERE also filters on tags or tbname
+    timezone: str = "UTC"  # the session's: where INTERVAL(1d) and (1w) windows start
 
 
 def query_shape(
@@ -107,7 +109,9 @@ def query_shape(
             return None  # a filter on an ordinary column (or a key condition not a range)
         else:
             tag_filtered = True
-    return QueryShape(source.table, frozenset(functions), select.window, low, high, tag_filtered)
+    return QueryShape(
+        source.table, frozenset(functions), select.window, low, high, tag_filtered, constants.timezone.key
+    )
 
 
 def _row_free(func: ast.Func) -> bool:
@@ -131,11 +135,13 @@ def _is_key(pk: str) -> Callable[[ast.Expr], bool]:
     return lambda expr: isinstance(expr, ast.Column) and expr.name.lower() in (pk, "_c0", "_rowts")
 
 
-def covers(shape: QueryShape, functions: frozenset[tuple[str, str]], interval: Duration) -> bool:
-    """A TSMA keeping ``functions`` per ``interval`` answers the query: every function kept
-    (spread is not built from min and max: TDengine's rule), and each of the query's windows
-    a union of whole TSMA windows — its INTERVAL, OFFSET and SLIDING multiples of the TSMA's
-    interval (calendar months only by months: their starts are the time zone's)."""
+def covers(shape: QueryShape, functions: frozenset[tuple[str, str]], interval: Duration, timezone: str) -> bool:
+    """A TSMA keeping ``functions`` per ``interval`` (its windows on ``timezone``'s days)
+    answers the query: every function kept (spread is not built from min and max: TDengine's
+    rule), and each of the query's windows a union of whole TSMA windows — its INTERVAL,
+    OFFSET and SLIDING multiples of the TSMA's interval, and its grid on the TSMA's once days
+    and weeks start at each one's local midnight (calendar months only by months: their starts
+    are the time zone's)."""
     if not shape.functions <= functions:
         return False
     window = shape.window
@@ -148,4 +154,7 @@ def covers(shape: QueryShape, functions: frozenset[tuple[str, str]], interval: D
         return all(d.is_calendar and d.months % interval.months == 0 for d in parts)
     if window.offset is not None:
         parts.append(window.offset)
-    return all(not d.is_calendar and d.nanos % interval.nanos == 0 for d in parts)
+    if any(d.is_calendar or d.nanos % interval.nanos for d in parts):
+        return False
+    shift = day_shift(window.interval, "ns", shape.timezone) - day_shift(interval, "ns", timezone)
+    return shift % interval.nanos == 0

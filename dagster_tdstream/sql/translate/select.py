@@ -61,7 +61,7 @@ def translate(select: ast.Select, ctx: TranslationContext) -> tuple[str, list[Ou
         interval = render.duration(window.interval, select)
         scope.window = window
         scope.window_sql = {
-            "label": interval_spec(window, scope, select).label_sql(scope.pk).replace("d.", ""),
+            "label": interval_spec(window, scope, select, render).label_sql(scope.pk).replace("d.", ""),
             "_wstart": "d.__qw",
             "_wend": f"(d.__qw + {interval})",
             "_wduration": f"CAST({interval} AS BIGINT)",

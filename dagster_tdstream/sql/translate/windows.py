@@ -73,7 +73,7 @@ def filled_windows(
         last = f"max({render.calendar.month_index(f'{high}L' if high != INT64_MAX else '__w')})"
     else:
         step = render.duration(window.sliding or window.interval, select)
-        spec = interval_spec(window, scope, select)
+        spec = interval_spec(window, scope, select, render)
         first = f"min({spec.first_start(low)}L)" if low != INT64_MIN else "min(__w)"
         last = f"max({spec.floor(high)}L)" if high != INT64_MAX else "max(__w)"
         if stream is not None and stream.window_label is not None:
@@ -274,11 +274,12 @@ def calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: Scop
     }
 
 
-def interval_spec(window: ast.IntervalWindow, scope: Scope, select: ast.Select) -> IntervalSpec:
-    """A fixed-length INTERVAL's geometry (calendar ones: ``calendar_windows``)."""
+def interval_spec(window: ast.IntervalWindow, scope: Scope, select: ast.Select, render: Renderer) -> IntervalSpec:
+    """A fixed-length INTERVAL's geometry (calendar ones: ``calendar_windows``); days and weeks
+    start at the session time zone's midnight."""
     try:
         spec = IntervalSpec.from_durations(
-            window.interval, window.sliding or window.interval, window.offset, scope.precision
+            window.interval, window.sliding or window.interval, window.offset, scope.precision, render.ctx.timezone.key
         )
     except TimeValueError as exc:
         raise query_error(str(exc), select) from None
