@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
         StreamValidationError,
         SubscriptionError,
         TDStreamError,
+        UnknownDatabaseError,
         WriteRejectedError,
     )
     from .orchestration.component import TDStreamComponent
@@ -47,6 +48,7 @@ _EXPORTS = {
     "TDStreamProject": ".orchestration.definitions",
     "TDStreamSpark": ".orchestration.resources",
     "TDStreamWarehouse": ".orchestration.resources",
+    "UnknownDatabaseError": ".errors",
     "Warehouse": ".storage.warehouse",
     "WriteRejectedError": ".errors",
     "build_definitions": ".orchestration.definitions",
@@ -72,6 +74,7 @@ __all__ = [
     "TDStreamProject",
     "TDStreamSpark",
     "TDStreamWarehouse",
+    "UnknownDatabaseError",
     "Warehouse",
     "WriteRejectedError",
     "build_definitions",

@@ -57,6 +57,11 @@ class CatalogError(TDStreamError):
     """A database, table, column or stream does not exist, or already exists."""
 
 
+class UnknownDatabaseError(CatalogError):
+    """No database is selected, or the one a statement names does not exist (TDengine's
+    "Database not specified" and "Database not exist")."""
+
+
 class WriteRejectedError(TDStreamError):
     """An INSERT/DELETE/ALTER was rejected whole; no table changed."""
 

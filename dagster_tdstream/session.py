@@ -30,6 +30,7 @@ from .errors import (
     StreamValidationError,
     SubscriptionError,
     TDStreamError,
+    UnknownDatabaseError,
     WriteRejectedError,
 )
 from .families import continuous_query, legacy_stream, server_options, tsma, tsma_query, udf, vtable
@@ -260,7 +261,7 @@ class Session:
         if name is not None and name.db:
             return normalize(name.db)
         if self.database is None:
-            raise CatalogError("no database selected: USE a database or qualify the name as db.table")
+            raise UnknownDatabaseError("no database selected: USE a database or qualify the name as db.table")
         return self.database
 
     def table(self, name: ast.QualifiedName) -> TableInfo:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dagster_tdstream.sql import ast
 from dagster_tdstream.testing.benchmark_data import Schema, benchmark_statements
-from dagster_tdstream.testing.conformance import run_case
+from dagster_tdstream.testing.conformance import run_case, run_statements_with_setup
 from dagster_tdstream.testing.conformance import run_statement_file as run_statements
 from dagster_tdstream.testing.datagen import GeneratorError
 from dagster_tdstream.testing.notification_log import NotificationFormatError, closed_windows, stream_events
@@ -26,6 +27,28 @@ def test_legacy_statements_tdengine_accepts_are_accepted() -> None:
     """Every CREATE STREAM of TDengine's legacy tests parses and passes the rules."""
     result = run_statements(CORPORA / "legacy_stream" / "legacy_create_stream_statements.txt", expect_valid=True)
     assert result.passed, result.reason
+
+
+def test_setup_statements_naming_what_the_block_never_makes_are_passed_over(tmp_path: Path, spark: object) -> None:
+    """A mechanically derived setup block may name a database made earlier in its tsim script,
+    or keep a ``$variable``: TDengine rejects those and runs on, so does the runner (naming
+    them); any other rejected setup statement leaves the line unbuilt, a failure."""
+    (tmp_path / "x_invalid_setup.sql").write_text(
+        "-- [block: elsewhere]\ncreate database d;\nuse d;\ncreate stable st (ts timestamp, a int) tags (t int);\n"
+        "create stable other.out (ts timestamp, n bigint) tags (t int);\ncreate database $db;\n"
+        "-- [block: refused]\ncreate database d;\nuse d;\ncreate stable st (ts timestamp, a int) tags t int;\n"
+    )
+    (tmp_path / "x_invalid_statements_sources.tsv").write_text("line\tsetup_block\n1\telsewhere\n2\trefused\n")
+    statements = tmp_path / "x_invalid_statements.txt"
+    statements.write_text("create stream s into other.out as select _wstart, count(*) from st interval(10s);\n")
+    result = run_statements_with_setup(statements, tmp_path / "x_invalid_setup.sql", expect_valid=False, spark=spark)
+    assert result.passed and result.reason == (
+        "1 line(s) whose setup names what it never makes: lines 1 (block elsewhere: create stable other.out "
+        "(ts timestamp, n bigint) tags (t int); → database other does not exist …)"
+    )
+    statements.write_text(statements.read_text() * 2)  # line 2: its block's stable is refused
+    result = run_statements_with_setup(statements, tmp_path / "x_invalid_setup.sql", expect_valid=False, spark=spark)
+    assert not result.passed and "1 line(s) whose setup block failed: lines 2 (block refused:" in result.reason
 
 
 NOTIFY_CASE = CORPORA / "legacy_stream" / "cases" / "notify_max_delay_window_close_events_match_result_table.json"

@@ -21,6 +21,7 @@ def test_public_surface() -> None:
         "TDStreamProject",
         "TDStreamSpark",
         "TDStreamWarehouse",
+        "UnknownDatabaseError",
         "Warehouse",
         "WriteRejectedError",
         "build_definitions",
@@ -33,3 +34,4 @@ def test_public_surface() -> None:
     for name in dagster_tdstream.__all__:
         assert getattr(dagster_tdstream, name) is not None
     assert issubclass(dagster_tdstream.SqlSyntaxError, dagster_tdstream.TDStreamError)
+    assert issubclass(dagster_tdstream.UnknownDatabaseError, dagster_tdstream.CatalogError)

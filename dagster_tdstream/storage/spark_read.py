@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from ..errors import CatalogError
+from ..errors import UnknownDatabaseError
 from ..sql.ast import QualifiedName
 from ..sql.translate import SourceTable
 from .catalog import TableInfo, check_virtual_source, sources_by_table
@@ -235,7 +235,7 @@ class SparkViews:
     def resolve(self, name: QualifiedName) -> SourceTable:
         db = (name.db or self.default_db or "").lower()
         if not db:
-            raise CatalogError("no database selected: USE a database or qualify the name as db.table")
+            raise UnknownDatabaseError("no database selected: USE a database or qualify the name as db.table")
         if db == SYSTEM_DB:
             return self._system(name.name.lower())
         return self.table(self.warehouse.table(db, name.name.lower()))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from ..errors import CatalogError, StreamValidationError
+from ..errors import StreamValidationError, TDStreamError, UnknownDatabaseError
 from ..sql import ast
 from ..sql.validate import TRIGGER_PLACEHOLDERS
 from ..sql.walk import children as _children
@@ -37,11 +37,13 @@ BIGINT = ast.DataType("BIGINT")
 DOUBLE = ast.DataType("DOUBLE")
 
 
-def _fail(message: str, node: ast.Expr | ast.QualifiedName | None = None) -> StreamValidationError:
+def _fail(
+    message: str, node: ast.Expr | ast.QualifiedName | None = None, kind: type[TDStreamError] = StreamValidationError
+) -> TDStreamError:
     pos = getattr(node, "pos", None)
     if pos is not None and pos.line:
-        return StreamValidationError(message, line=pos.line, column=pos.column)
-    return StreamValidationError(message)
+        return kind(message, line=pos.line, column=pos.column)
+    return kind(message)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def check_stream_against_catalog(stmt: ast.CreateStream, db: str, warehouse: War
     def lookup(name: ast.QualifiedName) -> TableInfo:
         table_db = (name.db or db).lower()
         if warehouse.catalog.get_database(table_db) is None:
-            raise _fail(f"database {table_db} does not exist", name)
+            raise _fail(f"database {table_db} does not exist", name, UnknownDatabaseError)
         info = warehouse.find_table(table_db, name.name.lower())
         if info is None:
             raise _fail(f"table {table_db}.{name.name.lower()} does not exist", name)
@@ -290,7 +292,7 @@ def _check_output_table(
         if (source.db or db).lower() == into_db and source.name.lower() == into_name:
             raise _fail("the output table cannot be a table the query reads", stmt.into)
     if warehouse.catalog.get_database(into_db) is None:
-        raise CatalogError(f"database {into_db} of the output table does not exist")
+        raise UnknownDatabaseError(f"database {into_db} of the output table does not exist")
     existing = warehouse.find_table(into_db, into_name)
     if existing is None:
         return

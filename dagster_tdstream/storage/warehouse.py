@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection
 
-from ..errors import CatalogError, WriteRejectedError
+from ..errors import CatalogError, UnknownDatabaseError, WriteRejectedError
 from ..faults import failpoint
 from ..sql.ast import ColumnDef
 from . import keyspans
@@ -114,7 +114,7 @@ class Warehouse:
     def database(self, name: str) -> DatabaseInfo:
         info = self.catalog.get_database(name)
         if info is None:
-            raise CatalogError(f"database {name} does not exist")
+            raise UnknownDatabaseError(f"database {name} does not exist")
         return info
 
     def create_database(self, name: str, precision: str, options: dict[str, str], *, if_not_exists: bool) -> bool:
@@ -131,7 +131,7 @@ class Warehouse:
             if self.catalog.get_database(name, conn) is None:
                 if if_exists:
                     return False
-                raise CatalogError(f"database {name} does not exist")
+                raise UnknownDatabaseError(f"database {name} does not exist")
             self.catalog.drop_database(conn, name)
         self.delta.drop_database(name)
         return True
