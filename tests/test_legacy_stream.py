@@ -331,6 +331,13 @@ def test_a_partition_by_column_or_tbname_selected_bare_is_the_groups_value(
         for r in session.query("select table_name from information_schema.ins_tables where stable_name = 'outx'").rows
     }
     assert len(children) == 2 and {r[0] for r in session.query("select tbname from outx").rows} == children
+    # a 2.x subscription reads the output the same way: `*` the data column, a named tbname
+    # the child table's name
+    starred_rows = session.subscribe("outx").consume()
+    assert sorted((r["tbname"], r["c"]) for r in starred_rows) == [("t1", 2), ("t2", 1), ("t2", 1)]
+    assert list(starred_rows[0]) == ["ts", "tbname", "_wstart", "c", "group_id"]
+    named = session.subscribe("select c, tbname from outx").consume()
+    assert {r["tbname"] for r in named} == children
 
 
 def test_at_once_writes_an_event_window_when_its_end_row_arrives_not_while_open(

@@ -165,21 +165,29 @@ class _Feed:
     def select(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         spec = self.spec
         pk = spec.table.primary_key
-        rows = []
+        rows, returned = [], self._returned()
         for record in records:
             if spec.start is not None and record[pk] < spec.start:
                 continue
             if spec.condition is not None and not holds(spec.condition, record):
                 continue
-            names = spec.columns or tuple(self._all_columns())
-            rows.append({name: record.get(name) for name in names})
+            rows.append({name: record.get(key) for name, key in returned})
         return rows
 
-    def _all_columns(self) -> list[str]:
+    def _returned(self) -> list[tuple[str, str]]:
+        """Each returned column's name and the record key holding it. A data column named
+        ``tbname`` (a legacy stream's output) is stored as ``tbname#``: ``*`` returns it under
+        its name and leaves out the child table's name, while a named ``tbname`` is the
+        pseudo-column, as in a query."""
         table = self.spec.table
-        names = [c.name for c in table.columns]
+        if self.spec.columns is not None:
+            stored = {c.name.lower(): c.stored for c in table.columns}
+            return [(name, name if name == "tbname" else stored.get(name, name)) for name in self.spec.columns]
+        names = [(c.name, c.stored) for c in table.columns]
         if table.kind != "normal":
-            names += [t.name for t in table.tags] + ["tbname"]
+            names += [(t.name, t.name) for t in table.tags]
+            if all(c.name.lower() != "tbname" for c in table.columns):
+                names.append(("tbname", "tbname"))
         return names
 
 
