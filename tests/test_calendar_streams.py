@@ -148,9 +148,15 @@ def test_days_and_weeks_start_at_the_time_zones_midnight(warehouse: Warehouse, s
     )
     values = " ".join(f"({_utc_ms(s)}, {i})" for i, s in enumerate(DAY_ROWS))
     session.execute(f"insert into a values {values}")
+    # and the history of rows already written (the bulk derivation, in Spark)
+    session.execute(
+        "create stream hist interval(1d) sliding(1d) from st stream_options(fill_history) into by_day_hist as "
+        "select _twstart ws, count(*) n from %%trows"
+    )
     harness = StreamHarness(warehouse, timezone=ZONE)
     assert harness.run_until_idle().failures == []
     days = [(_ms(f"2025-01-{d:02d} 00:00:00"), n) for d, n in ((1, 1), (2, 3), (8, 1), (9, 1))]
+    assert [r for r in output(session, "select ws, n from by_day_hist order by ws") if r[1]] == days[:3]
     assert output(session, "select _wstart, count(*) from a interval(1d)") == days
     # weeks from Thursday 00:00 local (1970-01-01 was a Thursday): 2025-01-02 and 01-09
     weeks = [(_ms(f"{d} 00:00:00"), n) for d, n in (("2024-12-26", 1), ("2025-01-02", 4), ("2025-01-09", 1))]
