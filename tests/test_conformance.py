@@ -202,7 +202,7 @@ def test_a_statement_whose_setup_fails_is_reported_as_such_not_as_accepted(tmp_p
     (tmp_path / "x_invalid_statements.txt").write_text("select * from nothing_here\nselect * from d.t where\n")
     (tmp_path / "x_invalid_setup.sql").write_text(
         "-- [block: good]\ncreate database d;\ncreate table d.t (ts timestamp, v int);\n"
-        "-- [block: broken]\ncreate database $db;\n"
+        "-- [block: broken]\ncreate database d;\ncreate table d.s (ts timestamp, v int) tags t int;\n"
     )
     (tmp_path / "x_invalid_statements_sources.tsv").write_text("line\tsetup_block\n1\tbroken\n2\tgood\n")
     result = run_statements_with_setup(
