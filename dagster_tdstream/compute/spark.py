@@ -11,7 +11,6 @@ Must not read or write tables: ``storage/spark_read.py`` registers them.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -79,8 +78,10 @@ def _connect(url: str, app_name: str, conf: dict[str, str] | None) -> Any:
     from pyspark.sql.connect.session import SparkSession
 
     session = SparkSession.builder.remote(url).appName(app_name).create()
-    # registered after the client's own exit hook, so it runs first (atexit is last-in first-out)
-    atexit.register(_close_if_server_gone, session, url)
+    # before the interpreter joins the thread pool pyspark releases query results on (a release
+    # retrying against a server gone would hold the exit for minutes): threading's exit hooks
+    # run before atexit's, last-in first-out, and the pool's own was registered at its import
+    threading._register_atexit(_close_if_server_gone, session, url)  # type: ignore[attr-defined]
     settings = {**SESSION_CONF, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.sql.")}}
     for key, value in settings.items():
         session.conf.set(key, value)
@@ -92,13 +93,19 @@ def _connect(url: str, app_name: str, conf: dict[str, str] | None) -> Any:
 
 
 def _close_if_server_gone(session: Any, url: str) -> None:
-    """At exit, pyspark's client sends clean-up RPCs for every session it has not closed; when
-    the server is gone (stopped before this process ends, as ``tdstream spark stop`` or a test
-    run's teardown does) each one retries for minutes and the process hangs in its exit. A
-    session whose server no longer accepts connections is closed here first (no RPC: the
-    channel only), so the client has nothing to clean up."""
+    """At exit, pyspark's client sends clean-up RPCs for every session it has not closed, and
+    a query's results may still be being released in the background; when the server is gone
+    (stopped before this process ends, as ``tdstream spark stop`` or a test run's teardown
+    does) each one retries for minutes and the process hangs in its exit. A session whose
+    server no longer accepts connections is closed here first (no clean-up RPC; closing the
+    channel cancels a release still retrying), so the client has nothing left to wait on."""
     with contextlib.suppress(Exception):
         if not session.client.is_closed and not endpoint_reachable(url, timeout=0.5):
+            # the channel first: the client's close waits up to 10 s on pending releases, by
+            # which time their retries sleep for seconds between attempts
+            channel = getattr(session.client, "_channel", None)
+            if channel is not None:
+                channel.close()
             session.client.close()
 
 
