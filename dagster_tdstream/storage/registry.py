@@ -201,12 +201,8 @@ def _tsma_stream(warehouse: Warehouse, info: StreamInfo, written: ast.CreateTsma
     )
     stmt = _parsed(sql)
     assert isinstance(stmt, ast.CreateStream)
-    # a window whose rows are all deleted must leave the states, or queries would read them;
-    # each table's open window is kept too (AT_ONCE: computed again whenever rows reach it), so
-    # a query reads raw rows only where the stream has not read yet — not the newest window of
-    # every table, which a table loaded table by table holds in files spanning all its time
-    options = (ast.StreamOption(ast.RETRACT_WINDOWS), ast.StreamOption(ast.AT_ONCE))
-    stmt = replace(stmt, options=(*stmt.options, *options))
+    # a window whose rows are all deleted must leave the states, or queries would read them
+    stmt = replace(stmt, options=(*stmt.options, ast.StreamOption(ast.RETRACT_WINDOWS)))
     precision = warehouse.database(info.db).precision
     missing = None if trigger_table is not None else f"{source_db}.{source}"
     return StreamDefinition(info, stmt, trigger_table, precision, missing, "tsma")
