@@ -144,14 +144,7 @@ def _run_setup_block(session: Session, block: str) -> list[str]:
     statements rejected because the block never makes what they name — no database selected,
     a database that does not exist, a tsim variable — and raises on any other failure."""
     skipped = []
-    pending: list[str] = []
-    for text in block.splitlines():
-        if not text.strip() or (not pending and text.lstrip().startswith("--")):
-            continue
-        pending.append(text)
-        if not text.rstrip().endswith(";"):
-            continue
-        statement, pending = "\n".join(pending), []
+    for statement in _block_statements(block):
         try:
             session.execute(statement)
         except UnknownDatabaseError as exc:
@@ -160,9 +153,22 @@ def _run_setup_block(session: Session, block: str) -> list[str]:
             if not _at_tsim_variable(statement, exc):
                 raise
             skipped.append(f"{statement.strip()[:80]} → a tsim variable")
-    if pending:
-        session.execute("\n".join(pending))
     return skipped
+
+
+def _block_statements(block: str) -> list[str]:
+    """A setup block's statements: lines up to one ending with ``;`` (the last may lack it);
+    comment lines between statements left out. Split on lines, not by the tokenizer, which
+    rejects a whole block for one tsim ``$variable``."""
+    statements, pending = [], []
+    for text in block.splitlines():
+        if not text.strip() or (not pending and text.lstrip().startswith("--")):
+            continue
+        pending.append(text)
+        if text.rstrip().endswith(";"):
+            statements.append("\n".join(pending))
+            pending = []
+    return statements + (["\n".join(pending)] if pending else [])
 
 
 def _at_tsim_variable(statement: str, exc: SqlSyntaxError) -> bool:
