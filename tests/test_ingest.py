@@ -337,6 +337,35 @@ def test_a_dataframe_into_a_super_table_creates_child_tables_and_keeps_the_last_
     assert tags == {"c1": 1, "d7": 70, "d8": 80}  # c1 existed: its tags are kept
 
 
+def test_rows_loaded_table_by_table_are_stored_in_row_groups_of_their_time(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    import pyarrow.dataset as pads
+
+    sql_session.execute(SCHEMA)
+    tables, per_table = 4, 40_000  # 160,000 rows: three row groups
+    keys = np.arange(per_table, dtype=np.int64) * 1000
+    frame = pa.table(
+        {
+            "tbname": np.repeat([f"t{i}" for i in range(tables)], per_table),
+            "ts": np.tile(keys, tables),
+            "v": pa.array(np.arange(tables * per_table, dtype=np.int32)),
+        }
+    )
+    assert sql_session.write("d.st", frame).affected == tables * per_table
+    (uri,) = warehouse.delta.file_uris("d", "st")
+    (fragment,) = pads.dataset(uri, format="parquet").get_fragments()
+    groups = fragment.split_by_row_group()
+    bounds = [(g.row_groups[0].statistics["ts"]["min"], g.row_groups[0].statistics["ts"]["max"]) for g in groups]
+    assert len(bounds) == 3 and bounds[0][0] == 0 and bounds[-1][1] == keys[-1]
+    assert all(high <= low for (_, high), (low, _) in itertools.pairwise(bounds))  # each a slice of the time
+    # the newest minute of every table lies in the last group alone: a read of it decodes no other
+    newest = pads.field("ts") >= int(keys[-60])
+    assert len(fragment.split_by_row_group(filter=newest)) == 1
+    stored = warehouse.read_table(warehouse.table("d", "st")).sort_by([("tbname", "ascending"), ("ts", "ascending")])
+    assert stored.column("v").to_pylist() == frame.column("v").to_pylist()  # every row, as written
+
+
 @pytest.mark.parametrize(
     ("frame", "message"),
     [

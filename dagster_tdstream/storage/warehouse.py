@@ -357,7 +357,7 @@ class Warehouse:
         if needs_merge:
             version = self.delta.upsert(db, storage, table, keys, batch_max, extra=extra)
         else:
-            version = self.delta.append(db, storage, table, batch_max, extra)
+            version = self.delta.append(db, storage, _by_key(table, pk), batch_max, extra)
         failpoint("after-data-commit")
         self._record(db, storage, _joined(stored, written), before, version)
         maintain_after(self, db, storage, version)  # small files and expired data, as writes accumulate
@@ -733,3 +733,13 @@ def _unique_keys(group: Sequence[WriteBatch]) -> bool:
         if len(keys) > 1 and not pc.all(pc.greater(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
             return False
     return True
+
+
+def _by_key(rows: pa.Table, pk: str) -> pa.Table:
+    """``rows`` in key order (a stable sort: rows of one key keep theirs), so that each row group
+    of the file they become holds a slice of its time (``append.ROW_GROUP_ROWS``) — rows come in
+    table by table, and a file of whole tables was one span of all its time."""
+    keys = rows.column(pk)
+    if len(keys) < 2 or pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py():
+        return rows
+    return rows.take(pc.sort_indices(keys))
