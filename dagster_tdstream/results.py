@@ -22,6 +22,8 @@ import pyarrow as pa
 from .sql.timeunits import format_timestamp
 from .storage.types import float32_value
 
+TSMA_METADATA_KEY = b"tdstream.tsma"  # in a query result's schema metadata: the TSMAs it read
+
 
 @dataclass(frozen=True)
 class Result:
@@ -81,7 +83,15 @@ class Result:
             writer.writerow(self.columns)
             writer.writerows([["NULL" if v is None else v for v in row] for row in rows])
             return out.getvalue().rstrip("\n")
-        return _aligned(self.columns, rows)
+        return _aligned(self.columns, rows, self.tsma_read)
+
+    @property
+    def tsma_read(self) -> str | None:
+        """The TSMAs a query read instead of raw rows (``db.name, …``), None when it read none:
+        the CLI and the shell say so after the table, as the result's message does."""
+        metadata = (self.table.schema.metadata or {}) if self.table is not None else {}
+        value = metadata.get(TSMA_METADATA_KEY)
+        return value.decode() if value else None
 
 
 def _converter(arrow_type: pa.DataType, timezone: ZoneInfo) -> Any:
@@ -105,7 +115,7 @@ def _converter(arrow_type: pa.DataType, timezone: ZoneInfo) -> Any:
     return plain
 
 
-def _aligned(columns: list[str], rows: list[list[Any]]) -> str:
+def _aligned(columns: list[str], rows: list[list[Any]], tsma: str | None) -> str:
     def text(v: Any) -> str:
         if v is None:
             return "NULL"
@@ -121,5 +131,5 @@ def _aligned(columns: list[str], rows: list[list[Any]]) -> str:
     lines.append("=" * max(len(lines[0]), 1))
     for row in cells:
         lines.append(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    lines.append(f"Query OK, {len(rows)} row(s) in set")
+    lines.append(f"Query OK, {len(rows)} row(s) in set" + (f" (read from TSMA {tsma})" if tsma else ""))
     return "\n".join(lines)

@@ -37,7 +37,7 @@ from .families import continuous_query, legacy_stream, server_options, tsma, tsm
 from .families.client_options import ClientOptions
 from .families.insert import execute_insert, typed_value
 from .families.maintenance import execute_maintain
-from .results import Result
+from .results import TSMA_METADATA_KEY, Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
 from .sql.dialect import DIALECTS, as_dialect
@@ -631,7 +631,7 @@ class Session:
             return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set")
         # which TSMAs answered: in the message and in the result's schema metadata
         names = ", ".join(read)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"tdstream.tsma": names.encode()})
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), TSMA_METADATA_KEY: names.encode()})
         return Result(table=table, message=f"Query OK, {table.num_rows} row(s) in set (read from TSMA {names})")
 
     def _answer(self, select: ast.Select) -> tuple[pa.Table, str | None]:

@@ -4,10 +4,14 @@ each TSMA's intermediate states (real Spark, Delta and Dagster runs through the 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from dagster import AssetCheckKey, AssetKey
 
-from dagster_tdstream import Session, StreamHarness
+from dagster_tdstream import Session, StreamHarness, TDStreamProject, build_definitions
+from dagster_tdstream.cli.main import main
 from dagster_tdstream.errors import TDStreamError
 from dagster_tdstream.sql.timeunits import parse_duration
 from dagster_tdstream.sql.tsma import recursive_interval_allowed
@@ -231,3 +235,41 @@ def test_a_tsma_guards_its_table_until_it_is_dropped(session: Session) -> None:
     session.execute("drop table nt; alter stable meters drop tag t2; drop stable meters")
     # the name is free again
     session.execute("create table nt (ts timestamp, v int); create tsma t5 on nt function(count(ts)) interval(1m)")
+
+
+def test_a_tsma_made_run_and_read_from_the_cli_is_an_asset_with_its_lag_check(tmp_path: Path, spark: object) -> None:
+    wh = str(tmp_path / "wh")
+
+    def sql(statements: str) -> list[str]:
+        result = CliRunner().invoke(main, ["sql", "--warehouse", wh, "--timezone", "UTC", statements])
+        assert result.exit_code == 0, result.output
+        return result.stdout.splitlines()
+
+    t = 1_700_000_040_000  # 22:14:00 UTC, a whole minute
+    assert (
+        sql(
+            "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+            f"insert into c1 using st tags (1) values ({t}, 1) ({t + 30_000}, 2) ({t + 60_000}, 3) ({t + 120_000}, 4)"
+            f" c2 using st tags (2) values ({t}, 10) ({t + 120_000}, 20);"
+            "create tsma m1 on st function(sum(v), count(ts)) interval(1m)"
+        )[-1]
+        == "Create OK"
+    )
+    graph = build_definitions(TDStreamProject(warehouse=wh, timezone="UTC")).resolve_asset_graph()
+    key = AssetKey(["tdstream", "d", "m1_tsma_res_stb_"])
+    assert graph.get(key).partitions_def is not None  # the TSMA's stream is an asset like any stream's
+    assert AssetCheckKey(key, "stream_lag") in graph.asset_check_keys
+    run = CliRunner().invoke(main, ["run", "--until-idle", "--warehouse", wh])
+    assert run.exit_code == 0 and run.stdout.splitlines()[0].endswith(" 1 run(s)"), run.output
+    query = "select _wstart, sum(v), count(*) from d.st interval(1m)"
+    read = sql(f"alter local 'querySmaOptimize' '1'; {query}")
+    assert read[1:] == [
+        "_wstart                 | sum(v) | count(*)",
+        "===========================================",
+        "2023-11-14 22:14:00.000 | 13     | 3",
+        "2023-11-14 22:15:00.000 | 3      | 1",
+        "2023-11-14 22:16:00.000 | 24     | 2",
+        "Query OK, 3 row(s) in set (read from TSMA d.m1)",
+    ]
+    raw = sql(f"alter local 'querySmaOptimize' '1'; {query.replace('select', 'select /*+ skip_tsma() */')}")
+    assert raw[1:-1] == read[1:-1] and raw[-1] == "Query OK, 3 row(s) in set"

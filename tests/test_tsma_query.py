@@ -54,9 +54,7 @@ def _rows(result: Result, *, ordered: bool = False) -> list[tuple[object, ...]]:
 
 
 def _tsma_of(result: Result) -> str | None:
-    metadata = result.table.schema.metadata or {} if result.table is not None else {}
-    value = metadata.get(b"tdstream.tsma")
-    return value.decode() if value else None
+    return result.tsma_read
 
 
 def _same_as_raw(session: Session, query: str, raws: dict[str, Result] | None = None) -> str | None:
