@@ -249,9 +249,7 @@ def fixed_interval(window: ast.IntervalWindow, precision: str, timezone: str) ->
     """The INTERVAL's fixed geometry (days and weeks from ``timezone``'s midnight); None for
     calendar windows or one the translator refuses (it says what is wrong)."""
     try:
-        spec = IntervalSpec.from_durations(
-            window.interval, window.sliding or window.interval, window.offset, precision, timezone
-        )
+        spec = IntervalSpec.of_window(window, precision, timezone)
     except TimeValueError:
         return None
     return spec if isinstance(spec, IntervalSpec) else None

@@ -14,9 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from .timeunits import PRECISIONS, Duration
+
+if TYPE_CHECKING:
+    from .ast import IntervalWindow
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,15 @@ class IntervalSpec:
             )
         step = sliding.in_precision(precision)
         return cls(size.in_precision(precision), step, fixed_offset + day_shift(size, precision, timezone) % step)
+
+    @classmethod
+    def of_window(
+        cls, window: IntervalWindow, precision: str, timezone: str = "UTC"
+    ) -> IntervalSpec | CalendarIntervalSpec:
+        """The geometry of a query's or TSMA's ``INTERVAL(interval[, offset]) [SLIDING(s)]``,
+        SLIDING being the interval when absent."""
+        sliding = window.sliding or window.interval
+        return cls.from_durations(window.interval, sliding, window.offset, precision, timezone)
 
     def floor(self, ts: int) -> int:
         """The start of the last window that starts at or before ``ts``."""

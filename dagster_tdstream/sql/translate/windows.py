@@ -255,9 +255,7 @@ def calendar_windows(select: ast.Select, window: ast.IntervalWindow, scope: Scop
     if window.offset is not None and window.offset.is_calendar:
         raise query_error(f"INTERVAL offset {window.offset} must be a fixed duration, not months", select)
     try:
-        spec = IntervalSpec.from_durations(
-            window.interval, window.sliding or window.interval, window.offset, scope.precision, render.ctx.timezone.key
-        )
+        spec = IntervalSpec.of_window(window, scope.precision, render.ctx.timezone.key)
     except TimeValueError as exc:
         raise query_error(str(exc), select) from None
     assert isinstance(spec, CalendarIntervalSpec) and scope.pk is not None
@@ -278,9 +276,7 @@ def interval_spec(window: ast.IntervalWindow, scope: Scope, select: ast.Select, 
     """A fixed-length INTERVAL's geometry (calendar ones: ``calendar_windows``); days and weeks
     start at the session time zone's midnight."""
     try:
-        spec = IntervalSpec.from_durations(
-            window.interval, window.sliding or window.interval, window.offset, scope.precision, render.ctx.timezone.key
-        )
+        spec = IntervalSpec.of_window(window, scope.precision, render.ctx.timezone.key)
     except TimeValueError as exc:
         raise query_error(str(exc), select) from None
     assert isinstance(spec, IntervalSpec)
