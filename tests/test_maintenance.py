@@ -4,6 +4,7 @@ against the batch query."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -125,3 +126,38 @@ def test_the_change_feed_read_from_appended_files_equals_delta_rs_change_feed(
             order = lambda row: (row["_commit_version"], row["tbname"], row["ts"])  # noqa: E731
             assert sorted(got.to_pylist(), key=order) == sorted(expected.to_pylist(), key=order)
     assert direct > latest  # most ranges avoid the MERGE and are read directly
+
+
+def test_log_entries_no_reader_needs_are_expired_and_the_table_reads_and_streams_on(
+    session: Session, harness: StreamHarness, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(RETENTION_ENV, "0")  # entries may go as soon as no reader needs them
+    session.execute(
+        "create database d; use d; create table t (ts timestamp, v int);"
+        "create stream s interval(10s) sliding(10s) from t into out "
+        "as select _twstart ws, count(*) n, sum(v) total from %%trows"
+    )
+    rows = 130  # one commit each: past the log's checkpoint at version 100
+    for i in range(rows):
+        session.execute(f"insert into t values ({T + i * 1000}, {i})")
+    log = Path(warehouse.delta.uri("d", "t")) / "_delta_log"
+
+    def versions() -> list[int]:
+        return sorted(int(entry.name[:20]) for entry in log.glob("*.json"))
+
+    assert "0 expired log entries removed" in session.execute("compact database d")[0].message
+    assert versions()[:3] == [0, 1, 2]  # the stream has read none of them yet
+    assert harness.run_until_idle().failures == []
+    message = session.execute("compact database d")[0].message
+    checkpoint = json.loads((log / "_last_checkpoint").read_text())["version"]
+    assert checkpoint >= 100 and f"{checkpoint - 1} expired log entries removed" in message
+    # version 0 names the table's incarnation; the snapshot is the checkpoint and what follows
+    assert versions()[:2] == [0, checkpoint]
+    assert [int(entry.name[:20]) for entry in log.glob("*.checkpoint*.parquet")] == [checkpoint]
+    assert output(session, "select count(*), sum(v) from t") == [(rows, sum(range(rows)))]
+    late = T + rows * 1000 + 60_000
+    session.execute(f"insert into t values ({late}, 0)")  # closes the open window
+    assert harness.run_until_idle().failures == []
+    written = [row for row in output(session, "select ws, n, total from out") if row[1] > 0]
+    assert written == output(session, f"select _wstart, count(*), sum(v) from t where ts < {late} interval(10s)")
+    assert DeltaTable(str(log.parent)).version() == warehouse.delta.latest_version("d", "t")

@@ -31,11 +31,15 @@ def execute_maintain(session: Session, stmt: ast.MaintainDatabase) -> Result:
         if not table.virtual  # a virtual table stores nothing of its own
     ]
     total = Maintained(
-        sum(d.files_trimmed for d in done), sum(d.files_compacted for d in done), sum(d.files_vacuumed for d in done)
+        sum(d.files_trimmed for d in done),
+        sum(d.files_compacted for d in done),
+        sum(d.files_vacuumed for d in done),
+        sum(d.log_entries_expired for d in done),
     )
     if stmt.action == "TRIM":
         return Result(message=f"Trim OK: {total.files_trimmed} expired data file(s) removed from {len(done)} table(s)")
     return Result(
         message=f"Compact OK: {total.files_compacted} file(s) compacted, {total.files_trimmed} expired, "
-        f"{total.files_vacuumed} unreferenced file(s) deleted in {len(done)} table(s)"
+        f"{total.files_vacuumed} unreferenced file(s) deleted, {total.log_entries_expired} expired log "
+        f"entr{'y' if total.log_entries_expired == 1 else 'ies'} removed in {len(done)} table(s)"
     )
