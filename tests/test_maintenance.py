@@ -18,6 +18,19 @@ from dagster_tdstream.storage.maintenance import COMPACT_EVERY, RETENTION_ENV, t
 from .conftest import output
 
 T = 1_700_000_000_000
+_STREAM = (
+    "create stream s interval(10s) sliding(10s) from {source} into out "
+    "as select _twstart ws, count(*) n, sum(v) total from %%trows"
+)
+
+
+def _closed_windows_match_the_batch_query(session: Session, harness: StreamHarness, table: str, late: int) -> None:
+    """A row at ``late`` closes the open window (and empty ones); then every window the
+    stream wrote with rows equals the batch query's."""
+    session.execute(f"insert into {table} values ({late}, 0)")
+    assert harness.run_until_idle().failures == []
+    written = [row for row in output(session, "select ws, n, total from out") if row[1] > 0]
+    assert written == output(session, f"select _wstart, count(*), sum(v) from {table} where ts < {late} interval(10s)")
 
 
 def _operations(warehouse: Warehouse, db: str, table: str) -> list[str]:
@@ -30,9 +43,7 @@ def test_small_writes_are_compacted_and_vacuumed_while_a_stream_reads_them(
     monkeypatch.setenv(RETENTION_ENV, "0")  # files may go as soon as no reader needs them
     session.execute(
         "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
-        "create table c1 using st tags (1);"
-        "create stream s interval(10s) sliding(10s) from st partition by tbname into out "
-        "as select _twstart ws, count(*) n, sum(v) total from %%trows"
+        "create table c1 using st tags (1);" + _STREAM.format(source="st partition by tbname")
     )
     version = warehouse.delta.latest_version("d", "st")
     # the stream reads these before the next compaction (the version before a multiple of
@@ -59,11 +70,7 @@ def test_small_writes_are_compacted_and_vacuumed_while_a_stream_reads_them(
     assert message.startswith("Compact OK") and "unreferenced file(s) deleted" in message
     assert table_files(table) < 30
     assert output(session, "select count(*), sum(v) from st") == [(rows, sum(range(rows)))]
-    late = T + rows * 1000 + 60_000
-    session.execute(f"insert into c1 values ({late}, 0)")  # closes the open window (and empty ones)
-    assert harness.run_until_idle().failures == []
-    written = [row for row in output(session, "select ws, n, total from out") if row[1] > 0]
-    assert written == output(session, f"select _wstart, count(*), sum(v) from c1 where ts < {late} interval(10s)")
+    _closed_windows_match_the_batch_query(session, harness, "c1", T + rows * 1000 + 60_000)
 
 
 def test_keep_trims_expired_files_without_touching_stream_results(
@@ -132,11 +139,7 @@ def test_log_entries_no_reader_needs_are_expired_and_the_table_reads_and_streams
     session: Session, harness: StreamHarness, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(RETENTION_ENV, "0")  # entries may go as soon as no reader needs them
-    session.execute(
-        "create database d; use d; create table t (ts timestamp, v int);"
-        "create stream s interval(10s) sliding(10s) from t into out "
-        "as select _twstart ws, count(*) n, sum(v) total from %%trows"
-    )
+    session.execute("create database d; use d; create table t (ts timestamp, v int);" + _STREAM.format(source="t"))
     rows = 130  # one commit each: past the log's checkpoint at version 100
     for i in range(rows):
         session.execute(f"insert into t values ({T + i * 1000}, {i})")
@@ -155,9 +158,5 @@ def test_log_entries_no_reader_needs_are_expired_and_the_table_reads_and_streams
     assert versions()[:2] == [0, checkpoint]
     assert [int(entry.name[:20]) for entry in log.glob("*.checkpoint*.parquet")] == [checkpoint]
     assert output(session, "select count(*), sum(v) from t") == [(rows, sum(range(rows)))]
-    late = T + rows * 1000 + 60_000
-    session.execute(f"insert into t values ({late}, 0)")  # closes the open window
-    assert harness.run_until_idle().failures == []
-    written = [row for row in output(session, "select ws, n, total from out") if row[1] > 0]
-    assert written == output(session, f"select _wstart, count(*), sum(v) from t where ts < {late} interval(10s)")
+    _closed_windows_match_the_batch_query(session, harness, "t", T + rows * 1000 + 60_000)
     assert DeltaTable(str(log.parent)).version() == warehouse.delta.latest_version("d", "t")
