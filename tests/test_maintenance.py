@@ -141,8 +141,11 @@ def test_log_entries_no_reader_needs_are_expired_and_the_table_reads_and_streams
     monkeypatch.setenv(RETENTION_ENV, "0")  # entries may go as soon as no reader needs them
     session.execute("create database d; use d; create table t (ts timestamp, v int);" + _STREAM.format(source="t"))
     rows = 130  # one commit each: past the log's checkpoint at version 100
+    reader = Warehouse(warehouse.uri)  # another process's snapshot handle, taken early and kept
     for i in range(rows):
         session.execute(f"insert into t values ({T + i * 1000}, {i})")
+        if i == 10:
+            early = reader.delta.current("d", "t").version()
     log = Path(warehouse.delta.uri("d", "t")) / "_delta_log"
 
     def versions() -> list[int]:
@@ -159,4 +162,8 @@ def test_log_entries_no_reader_needs_are_expired_and_the_table_reads_and_streams
     assert [int(entry.name[:20]) for entry in log.glob("*.checkpoint*.parquet")] == [checkpoint]
     assert output(session, "select count(*), sum(v) from t") == [(rows, sum(range(rows)))]
     _closed_windows_match_the_batch_query(session, harness, "t", T + rows * 1000 + 60_000)
-    assert DeltaTable(str(log.parent)).version() == warehouse.delta.latest_version("d", "t")
+    newest = warehouse.delta.latest_version("d", "t")
+    assert DeltaTable(str(log.parent)).version() == newest
+    # the entry after the early handle's version is gone: it still comes up to date
+    assert not (log / f"{early + 1:020}.json").exists() and reader.delta.current("d", "t").version() == newest
+    reader.close()

@@ -41,6 +41,15 @@ def log_path(table: Path, version: int) -> Path:
     return table / "_delta_log" / f"{version:020}.json"
 
 
+def last_checkpoint(table: Path) -> int | None:
+    """The version of the table's last checkpoint (its ``_last_checkpoint`` file), None when
+    it has none."""
+    try:
+        return int(json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        return None
+
+
 def log_lines(table: Path, version: int) -> list[str] | None:
     """The lines (one action each) of a version's log entry; None when it is not there (not
     written yet, or cleaned up after a checkpoint)."""

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from .append import CHECKPOINT_INTERVAL, append_commit, commit_actions, log_lines, log_path
+from .append import CHECKPOINT_INTERVAL, append_commit, commit_actions, last_checkpoint, log_lines, log_path
 
 # characters a back-quoted name may hold that a path segment must not: separators, Spark's
 # glob characters (it reads paths as patterns), URL syntax, control characters, the escape
@@ -142,8 +142,10 @@ class DeltaStore:
             handle = cached[1]
             # delta-rs looks for new entries by listing all of _delta_log (and a stat of each):
             # 21 ms at 20,000 versions, growing with the log, for every query and maintenance run
-            # of a table fed by small commits; a stat of the next entry's name says whether to
-            if log_path(local_path(uri), handle.version() + 1).exists():
+            # of a table fed by small commits; a stat of the next entry's name says whether to —
+            # or a checkpoint past the handle, when maintenance expired the entries after it
+            path, version = local_path(uri), handle.version()
+            if log_path(path, version + 1).exists() or (last_checkpoint(path) or 0) > version:
                 handle.update_incremental()
             return handle
         dt = self.open(db, table)

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from ..sql.timeunits import parse_duration
-from .append import commit_actions, log_lines, write_data_file
+from .append import commit_actions, last_checkpoint, log_lines, write_data_file
 from .delta import MARKS_KEY, is_local, local_path
 
 if TYPE_CHECKING:
@@ -241,9 +241,8 @@ def _expire_log(path: Path, needed: int, older_than: float) -> int:
     within the retention. Version 0 stays: its metaData names the table's incarnation
     (``delta._table_id``)."""
     log = path / "_delta_log"
-    try:
-        checkpoint = int(json.loads((log / "_last_checkpoint").read_text())["version"])
-    except (FileNotFoundError, KeyError, ValueError):
+    checkpoint = last_checkpoint(path)
+    if checkpoint is None:
         return 0  # no checkpoint: every entry is still the snapshot's
     below = min(checkpoint, needed)
     deleted = 0
