@@ -53,16 +53,12 @@ def _rows(result: Result, *, ordered: bool = False) -> list[tuple[object, ...]]:
     return rows if ordered else sorted(rows, key=repr)
 
 
-def _tsma_of(result: Result) -> str | None:
-    return result.tsma_read
-
-
 def _same_as_raw(session: Session, query: str, raws: dict[str, Result] | None = None) -> str | None:
     """The query's rows equal the raw query's; the TSMA it read (None: the raw rows). ``raws``
     keeps raw answers across passes over unchanged data (the raw side is not under test)."""
     answer = session.query(query)
     _compare_with_raw(session, query, answer, {} if raws is None else raws)
-    return _tsma_of(answer)
+    return answer.tsma_read
 
 
 def _compare_with_raw(session: Session, query: str, answer: Result, raws: dict[str, Result]) -> Result:
@@ -70,7 +66,7 @@ def _compare_with_raw(session: Session, query: str, answer: Result, raws: dict[s
     if query not in raws:
         raws[query] = session.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1))
     raw = raws[query]
-    assert _tsma_of(raw) is None
+    assert raw.tsma_read is None
     assert _rows(answer) == _rows(raw), query
     assert answer.columns == raw.columns
     return raw
@@ -159,7 +155,7 @@ def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(
         answer = session.query(query)
         by_spark = bool(spark_queries)
         raw = _compare_with_raw(session, query, answer, raws)
-        read[query] = _tsma_of(answer)
+        read[query] = answer.tsma_read
         if not by_spark:  # finished here, in the raw query's order too (keys, NULL first, then windows)
             finished.add(query)
             assert _rows(answer, ordered=True) == _rows(raw, ordered=True), query
@@ -182,10 +178,10 @@ def test_a_covered_query_reads_the_tsma_and_equals_the_raw_query(
 def _tsma_use_follows_the_session_option_and_the_hint(session: Session) -> None:
     query = "select avg(c1) from meters"
     result = session.query(query)
-    assert _tsma_of(result) == "tq.t15" and "read from TSMA tq.t15" in result.message
-    assert _tsma_of(session.query("select /*+ skip_tsma() */ avg(c1) from meters")) is None
+    assert result.tsma_read == "tq.t15" and "read from TSMA tq.t15" in result.message
+    assert session.query("select /*+ skip_tsma() */ avg(c1) from meters").tsma_read is None
     session.execute("alter local 'querySmaOptimize 0'")
-    assert _tsma_of(session.query(query)) is None
+    assert session.query(query).tsma_read is None
     with pytest.raises(TDStreamError, match="unknown client option 'nope'"):
         session.execute("alter local 'nope' '1'")
     with pytest.raises(TDStreamError, match="maxTsmaCalcDelay is whole seconds from 600 to 86400"):
@@ -227,7 +223,7 @@ def test_decimal_states_equal_the_raw_query(session: Session, harness: StreamHar
     for query in ("select sum(d), max(d), count(*) from s", "select _wstart, sum(d) from s interval(5m)"):
         answer = session.query(query)
         raw = session.query(query.replace("select ", "select /*+ skip_tsma() */ ", 1))
-        assert _tsma_of(answer) == "dq.dt"
+        assert answer.tsma_read == "dq.dt"
         assert answer.rows == raw.rows and answer.rows
         assert answer.table is not None and raw.table is not None
         assert answer.table.schema.types == raw.table.schema.types

@@ -27,12 +27,12 @@ import pyarrow.parquet as pq
 from ..errors import CatalogError
 
 CHECKPOINT_INTERVAL = 100  # delta-rs's and Spark's default: a checkpoint every 100 versions
-# rows per Parquet row group. Rows arrive sorted by key (the warehouse sorts them), so each row
-# group's statistics cover a slice of the file's time and a read of a time range (a window's
-# rows, a TSMA's open edge) decodes only the groups that hold it — pyarrow's default of 1 M rows
-# made a file one group, and a file of whole tables was decoded in full for its newest minute.
-# TDengine's data blocks play this part (at most 4,096 rows each); a group this size still reads
-# at full speed in Spark and pyarrow.
+# rows per Parquet row group. A table's appended rows arrive sorted by key (the warehouse sorts
+# them; compaction writes sorted files too), so each row group's statistics cover a slice of the
+# file's time and a read of a time range (a window's rows, a TSMA's open edge) decodes only the
+# groups that hold it — pyarrow's default of 1 M rows made a file one group, and a file of whole
+# tables was decoded in full for its newest minute. TDengine's data blocks play this part (at
+# most 4,096 rows each); a group this size still reads at full speed in Spark and pyarrow.
 ROW_GROUP_ROWS = 65_536
 _STATS_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string)
 
