@@ -194,6 +194,19 @@ def test_a_query_past_its_timeout_is_cancelled_and_the_session_goes_on(warehouse
     assert session.query("select count(*) from st").rows == [(8,)]
 
 
+def test_a_timeout_between_a_querys_spark_operations_still_cancels_it(warehouse: object, spark: object) -> None:
+    # the timeout passes while the session windows' view is registered or before the main
+    # query reaches the server: no Spark job runs at that instant, and the query still fails
+    session = Session(warehouse, timezone="UTC", spark=spark, query_timeout=0.001)
+    session.execute("create database qb; use qb; create table t (ts timestamp, v int);")
+    session.execute("insert into t values (0, 1) (1000, 2) (60000, 3)")
+    for sql in ("select _wstart, count(*) from t session(ts, 10s)", "select count(*) from t"):
+        with pytest.raises(QueryError, match=r"query cancelled after 0.001 s \(the query timeout\)"):
+            session.query(sql)
+    session.query_timeout = None
+    assert session.query("select _wstart, count(*) from t session(ts, 10s)").rows[0][1] == 2
+
+
 def test_query_errors_name_the_position_and_alternatives(session: Session) -> None:
     session.execute(METERS)
     with pytest.raises(QueryError) as info:

@@ -54,43 +54,63 @@ def spark_failure(exc: Exception) -> str:
 def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds: float | None = None) -> pa.Table:
     """The query's result as an Arrow table (row-window views registered in ``views``).
     Past ``timeout_seconds``, or on Ctrl-C, its Spark jobs are interrupted (the server and the
-    session stay up) and a QueryError says so."""
+    session stay up) and a QueryError says so, whichever of its operations was running."""
     spark = views.spark
     tag = f"tdstream-query-{uuid.uuid4().hex}"
     spark.addTag(tag)  # the jobs of this query only: other clients of the server run on
     timed_out = threading.Event()
+    finished = threading.Event()
 
-    def expire() -> None:
-        # set before interrupting: the cancelled job's error can reach this thread before
-        # interruptTag returns (Timer.finished is only set after it does)
+    def watch(limit: float) -> None:
+        if finished.wait(limit):
+            return
+        # set before interrupting: the cancelled job's error can reach the query's thread
+        # before interruptTag returns
         timed_out.set()
-        spark.interruptTag(tag)
+        # again and again until the query's thread has ended: an interrupt reaches only the
+        # operations running at that instant, and between two of them (a view registered, a
+        # span width read, the main query not yet started on the server) there are none
+        for _ in range(_INTERRUPT_ROUNDS):
+            spark.interruptTag(tag)
+            if finished.wait(_INTERRUPT_EVERY):
+                return
 
-    timer = threading.Timer(timeout_seconds, expire) if timeout_seconds else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
+    def go_on() -> None:
+        if timed_out.is_set():
+            raise QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)")
+
+    if timeout_seconds:
+        threading.Thread(target=watch, args=(timeout_seconds,), name=tag, daemon=True).start()
     try:
         for plan in translated.row_windows:
+            go_on()
             views.register_as(_labelled(views, plan), plan.view)
         sql = translated.sql
         for name, parameter in translated.parameters:
+            go_on()
             value = span_width(views, parameter)
             sql = sql.replace(name, "NULL" if value is None else repr(value))
-        return views.sql(sql).toArrow()
+        go_on()
+        result = views.sql(sql).toArrow()
+        go_on()  # a result that came back past the timeout is not one the query may give
+        return result
     except QueryError:
         raise
     except KeyboardInterrupt:
         spark.interruptTag(tag)
         raise QueryError("query cancelled (Ctrl-C)") from None
     except Exception as exc:
-        if timed_out.is_set():
-            raise QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)") from None
+        go_on()
         raise QueryError(f"query failed in Spark: {spark_failure(exc)}") from None
     finally:
-        if timer is not None:
-            timer.cancel()
+        finished.set()
         spark.removeTag(tag)
+
+
+# a timed-out query is interrupted every _INTERRUPT_EVERY seconds until it ends, for at most
+# a minute (a server that does not answer interrupts is not waited on forever)
+_INTERRUPT_EVERY = 0.2
+_INTERRUPT_ROUNDS = 300
 
 
 def span_width(views: SparkViews, span: SpanWidth) -> Any:
