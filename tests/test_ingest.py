@@ -54,6 +54,45 @@ def test_a_bulk_values_list_is_one_token_and_stops_where_a_value_needs_the_gramm
     assert not [t for t in tokenize("insert into c1 values (1, 2)") if t.kind is Kind.VALUES_BLOCK]
 
 
+_NUMBERS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.sampled_from(["1.5", ".5", "-3.25e2", "1.", "1E+3", "0.0e-1", "-0", "007"]),
+)
+_WORDS = st.sampled_from(["null", "NULL", "Null", "true", "TRUE", "false", "False"])
+_STRINGS = st.one_of(
+    st.text("ab ,()'é", max_size=5).map(lambda t: "'" + t.replace("'", "''") + "'"),
+    st.text('ab ,()"', max_size=5).map(lambda t: '"' + t.replace('"', '""') + '"'),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    width=st.integers(1, 4),
+    data=st.data(),
+    quoted=st.booleans(),
+    inner=st.sampled_from([",", ", ", " ,", " , ", ",\n  "]),
+    between=st.sampled_from([" ", "", ",", " , ", "\n", ",\n  "]),
+    after=st.sampled_from(["", ";", " c2 values (1, 2)", " (now, 1)", "\n(1 + 1)"]),
+)
+def test_a_values_block_reads_as_the_literals_it_was_written_with(
+    width: int, data: st.DataObject, quoted: bool, inner: str, between: str, after: str
+) -> None:
+    # the scan of unquoted tuples (one match that never backtracks) and the columns read by
+    # splitting on punctuation must give what the tuples say, beside quoted strings too
+    literal = st.one_of(_NUMBERS, _WORDS, _STRINGS) if quoted else st.one_of(_NUMBERS, _WORDS)
+    tuples = data.draw(st.lists(st.lists(literal, min_size=width, max_size=width), min_size=2, max_size=6))
+    block = between.join("(" + inner.join(row) + ")" for row in tuples)
+    sql = f"insert into c1 values {block}{after}"
+    tokens = tokenize(sql)
+    found = [t for t in tokens if t.kind is Kind.VALUES_BLOCK]
+    assert len(found) == 1
+    expected = [[row[c] for row in tuples] for c in range(width)]
+    assert [list(column) for column in block_columns(found[0].text, width)] == expected
+    # the tokens after the block are the statement's own, whatever the block's spelling
+    rest = tokens[tokens.index(found[0]) + 1 :]
+    assert [t.text for t in rest] == [t.text for t in tokenize(after)]
+
+
 def test_bulk_and_single_row_inserts_write_the_same_rows(sql_session: Session, warehouse: Warehouse) -> None:
     sql_session.execute(SCHEMA)
     values = [

@@ -13,6 +13,7 @@ literal to a column type: the INSERT family does that with the column's rules.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 
 # a number not followed by a unit (10s is a duration) or more digits; strings without
@@ -45,9 +46,12 @@ def scan_block(text: str, start: int) -> tuple[int, int, int] | None:
     if first is None:
         return None
     width = block_width(text[first.start() : first.end()])
-    scanner = _tuple_pattern(width, capture=False).scanner(text, start)
-    rows, end = 0, start
-    for match in iter(scanner.match, None):
+    # the tuples without a quoted string in one match of a pattern that never backtracks
+    # (a third of the general scan's time), then tuple by tuple from where it stopped
+    unquoted = _unquoted_run(width).match(text, start)
+    end = start if unquoted is None else unquoted.end()
+    rows = text.count("(", start, end)  # unquoted: every ( opens a tuple
+    for match in iter(_tuple_pattern(width, capture=False).scanner(text, end).match, None):
         rows += 1
         end = match.end()
     if rows < MIN_ROWS:
@@ -57,6 +61,18 @@ def scan_block(text: str, start: int) -> tuple[int, int, int] | None:
     return start, end, width
 
 
+@lru_cache(maxsize=128)
+def _unquoted_run(width: int) -> re.Pattern[str]:
+    """A run of tuples of ``width`` unquoted literals (numbers, NULL, TRUE, FALSE), each with
+    the separator the general tuple pattern takes after it. Atomic and possessive: a literal
+    or a tuple that fails here fails in the general pattern too (a number's lookahead and a
+    word's boundary are implied by the ``,`` or ``)`` that must follow), so the run matched is
+    the general pattern's run over the same tuples."""
+    literal = rf"(?>-?(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+|{_WORD})"
+    literals = r"\s*+,\s*+".join(literal for _ in range(width))
+    return re.compile(rf"(?>\(\s*+{literals}\s*+\)(?:\s*+,?+\s*+(?=\())?+)++")
+
+
 def block_width(block: str) -> int:
     """How many literals each tuple of a block holds (its first tuple's count)."""
     first = _FIRST_TUPLE.match(block)
@@ -64,13 +80,22 @@ def block_width(block: str) -> int:
     return len(_ONE_LITERAL.findall(first.group(1)))
 
 
-def block_columns(block: str, width: int) -> list[tuple[str, ...]]:
+def block_columns(block: str, width: int) -> list[Sequence[str]]:
     """The literal texts of a block, column by column (quotes kept: the type decides)."""
+    if "'" not in block and '"' not in block:
+        # no string: the literals are the block's words between parentheses, commas and white
+        # space (str.split in C, a tenth of the pattern's time)
+        words = block.translate(_PUNCTUATION).split()
+        assert len(words) % width == 0, "a block is tuples of its width (the scan made sure)"
+        return [words[column::width] for column in range(width)]
     # the block is tuples end to end (the scan made sure), so findall skips nothing
     rows = _tuple_pattern(width, capture=True).findall(block)
     if width == 1:
-        return [tuple(rows)]
-    return [tuple(column) for column in zip(*rows, strict=True)] if rows else [() for _ in range(width)]
+        return [rows]
+    return [column for column in zip(*rows, strict=True)] if rows else [() for _ in range(width)]
+
+
+_PUNCTUATION = str.maketrans("(),", "   ")
 
 
 def literal_offset(block: str, width: int, row: int, column: int) -> int:
