@@ -376,6 +376,40 @@ def test_a_dataframe_into_a_super_table_creates_child_tables_and_keeps_the_last_
     assert tags == {"c1": 1, "d7": 70, "d8": 80}  # c1 existed: its tags are kept
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    frames=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 6), st.integers(0, 99)), min_size=1, max_size=12
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    in_order=st.booleans(),
+)
+def test_frames_written_one_after_another_keep_the_last_row_per_table_and_time(
+    frames: list[list[tuple[str, int, int]]], in_order: bool
+) -> None:
+    # frames whose tables' times increase skip the grouping by key, the others are grouped
+    # (and later frames merged into what is stored): either way one row per key, the last
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        warehouse = Warehouse(tmp)
+        session = Session(warehouse, timezone="UTC")
+        session.execute(SCHEMA)
+        expected: dict[tuple[str, int], int] = {}
+        for frame in frames:
+            if in_order:  # each table's times in order, a time written twice side by side
+                frame = sorted(frame, key=lambda row: row[:2])
+            names, times, values = zip(*frame, strict=True)
+            session.write("st", pa.table({"tbname": names, "ts": times, "v": pa.array(values, pa.int32())}))
+            expected.update({(name, ts): v for name, ts, v in frame})
+        assert [(r[0], r[1], r[2]) for r in rows(warehouse) if r[0] != "c1"] == sorted(
+            (*k, v) for k, v in expected.items()
+        )
+
+
 def test_rows_loaded_table_by_table_are_stored_in_row_groups_of_their_time(
     sql_session: Session, warehouse: Warehouse
 ) -> None:

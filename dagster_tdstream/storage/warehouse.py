@@ -686,10 +686,25 @@ def _storage_rows(
         return schema.empty_table(), {}, {}
     data = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
     if not _unique_keys(group):
+        if is_super and (ordered := _increasing_by_name(data, pk)) is not None:
+            # a frame of whole child tables, each in time order (how bulk loads come): no key
+            # repeats, and each table's first and last key are its span — no grouping by key
+            return data, {n: int(k[0]) for n, k in ordered.items()}, {n: int(k[-1]) for n, k in ordered.items()}
         # TDengine update semantics inside one statement too: the last row for a key wins
         data = _last_per_key(data, ["tbname", pk] if is_super else [pk])
     batch_min, batch_max = _key_spans(data, pk, is_super, group[0].table.name)
     return data, batch_min, batch_max
+
+
+def _increasing_by_name(data: pa.Table, pk: str) -> dict[str, np.ndarray] | None:
+    """Each table name's keys in a super table's rows when every name's keys strictly
+    increase, else None."""
+    if not data.num_rows:
+        return None
+    by_name = _keys_by_name(data, pk, True, "")
+    if any(len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])) for keys in by_name.values()):
+        return None
+    return by_name
 
 
 def _last_per_key(data: pa.Table, keys: list[str]) -> pa.Table:
