@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -408,6 +408,29 @@ def test_frames_written_one_after_another_keep_the_last_row_per_table_and_time(
         assert [(r[0], r[1], r[2]) for r in rows(warehouse) if r[0] != "c1"] == sorted(
             (*k, v) for k, v in expected.items()
         )
+
+
+def test_a_compaction_between_writes_keeps_the_key_spans_this_process_knows(
+    sql_session: Session, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagster_tdstream.storage.maintenance import COMPACT_EVERY
+
+    sql_session.execute(SCHEMA + "".join(f"create table t{i} using st tags ({i});" for i in range(5)))
+    read: list[list[str]] = []
+    spans = warehouse.catalog.write_spans
+    monkeypatch.setattr(
+        warehouse.catalog, "write_spans", lambda db, st, names: read.append(names) or spans(db, st, names)
+    )
+    version = warehouse.delta.latest_version("d", "st")
+    statements = COMPACT_EVERY - version % COMPACT_EVERY + 5  # round-robin past a compaction
+    for i in range(statements):
+        sql_session.execute(f"insert into t{i % 5} (ts, v) values ({1000 * (i + 1)}, {i})")
+    assert "OPTIMIZE" in [e["operation"] for e in DeltaTable(warehouse.delta.uri("d", "st")).history()]
+    # each name's spans read from the catalog once, not again after the compaction's commit
+    assert sorted(name for names in read for name in names) == [f"t{i}" for i in range(5)]
+    sql_session.execute("insert into t0 (ts, v) values (1000, 99)")  # a stored key: updated, not appended
+    stored = [r for r in rows(warehouse) if r[0] == "t0"]
+    assert (stored[0][1], stored[0][2]) == (1000, 99) and len(stored) == len({r[1] for r in stored})
 
 
 def test_rows_loaded_table_by_table_are_stored_in_row_groups_of_their_time(

@@ -104,6 +104,8 @@ def _accounted(warehouse: Warehouse, db: str, storage: str, operation: object) -
     after = warehouse.delta.latest_version(db, storage)
     if after != before and verified == before:
         warehouse.catalog.record_writes(db, storage, {}, after)
+    if after == before + 1:
+        warehouse.keys_unchanged(db, storage, before, after)
     return int(done)
 
 

@@ -531,6 +531,16 @@ class Warehouse:
         else:
             self._spans.pop(key, None)
 
+    def keys_unchanged(self, db: str, storage: str, before: int, after: int) -> None:
+        """A commit that changed no data (maintenance, under the table's lock) took the table
+        from ``before`` to ``after``: the key spans this process keeps for ``before`` hold at
+        ``after`` — else a table written round-robin, child table by child table, reads every
+        name's spans from the catalog again after each compaction."""
+        key = (db, storage, self.delta.identity(db, storage) or "")
+        cached = self._spans.get(key)
+        if cached is not None and cached[0] == before:
+            self._spans[key] = (after, cached[1])
+
     def _catch_up(self, db: str, storage: str, verified: int | None, current: int, pk: str, is_super: bool) -> None:
         """Account in the catalog for the versions after ``verified`` (a writer died between its
         commit and its catalog update, or another tool wrote): from the marks their commits
