@@ -433,6 +433,26 @@ def test_a_compaction_between_writes_keeps_the_key_spans_this_process_knows(
     assert (stored[0][1], stored[0][2]) == (1000, 99) and len(stored) == len({r[1] for r in stored})
 
 
+def test_a_writes_marks_skip_the_disk_wait_and_every_other_catalog_commit_keeps_it(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA)
+    levels: list[int] = []
+    record = warehouse.catalog.record_writes
+
+    def spied(*args: object, **kwargs: object) -> None:
+        record(*args, **kwargs)  # type: ignore[arg-type]
+        with warehouse.catalog.engine.connect() as conn:  # the pool's connection, back from it
+            levels.append(conn.exec_driver_sql("PRAGMA synchronous").scalar())
+
+    warehouse.catalog.record_writes = spied  # type: ignore[method-assign]
+    with warehouse.catalog._relaxed_transaction() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL inside
+    sql_session.execute("insert into c1 (ts, v) values (1000, 1)")
+    assert levels == [2]  # FULL again for the DDL and everything else the connection commits
+    assert rows(warehouse)[0][:3] == ("c1", 1000, 1)
+
+
 def test_rows_loaded_table_by_table_are_stored_in_row_groups_of_their_time(
     sql_session: Session, warehouse: Warehouse
 ) -> None:
