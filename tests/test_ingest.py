@@ -453,6 +453,26 @@ def test_a_writes_marks_skip_the_disk_wait_and_every_other_catalog_commit_keeps_
     assert rows(warehouse)[0][:3] == ("c1", 1000, 1)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5), st.integers(0, 9)), max_size=40))
+def test_a_small_batchs_keys_grouped_in_python_match_arrows_grouping(rows_written: list[tuple[str, int, int]]) -> None:
+    from dagster_tdstream.storage import warehouse as storage
+
+    data = pa.table(
+        {
+            "tbname": pa.array([r[0] for r in rows_written], pa.string()),
+            "ts": pa.array([r[1] for r in rows_written], pa.int64()),
+            "v": pa.array([r[2] for r in rows_written], pa.int32()),
+        }
+    )
+    small = (storage._last_per_key(data, ["tbname", "ts"]), storage._key_spans(data, "ts", True, "st"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(storage, "_SMALL_ROWS", 0)  # Arrow's grouping for any size
+        grouped = (storage._last_per_key(data, ["tbname", "ts"]), storage._key_spans(data, "ts", True, "st"))
+    assert small[0].to_pylist() == grouped[0].to_pylist()
+    assert small[1] == grouped[1]
+
+
 def test_rows_loaded_table_by_table_are_stored_in_row_groups_of_their_time(
     sql_session: Session, warehouse: Warehouse
 ) -> None:

@@ -38,7 +38,12 @@ _STATS_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string)
 
 
 def log_path(table: Path, version: int) -> Path:
-    return table / "_delta_log" / f"{version:020}.json"
+    return table / "_delta_log" / log_entry_name(version)
+
+
+def log_entry_name(version: int) -> str:
+    """A version's log entry in ``_delta_log``."""
+    return f"{version:020}.json"
 
 
 def last_checkpoint(table: Path) -> int | None:
