@@ -39,11 +39,15 @@ def encode(spans: Spans) -> str:
     return json.dumps([list(span) for span in spans], separators=(",", ":"))
 
 
+def increasing(keys: np.ndarray) -> bool:
+    """Whether ``keys`` strictly increase (no key repeats, none out of order)."""
+    return len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1]))
+
+
 def of_keys(keys: np.ndarray) -> Spans:
     """At most ``MAX_SPANS`` spans covering ``keys`` exactly at their ends, split at the widest
     gaps between consecutive keys."""
-    increasing = len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1]))
-    ordered = keys if increasing else np.unique(keys)  # most writes come in time order: no sort
+    ordered = keys if increasing(keys) else np.unique(keys)  # most writes come in time order: no sort
     if len(ordered) == 1:
         return ((int(ordered[0]), int(ordered[0])),)
     gaps = np.diff(ordered)

@@ -712,9 +712,7 @@ def _increasing_by_name(data: pa.Table, pk: str) -> dict[str, np.ndarray] | None
     if not data.num_rows:
         return None
     by_name = _keys_by_name(data, pk, True, "")
-    if any(len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])) for keys in by_name.values()):
-        return None
-    return by_name
+    return by_name if all(keyspans.increasing(keys) for keys in by_name.values()) else None
 
 
 # below this many rows a batch's keys are grouped in Python: Arrow's grouping costs ~0.3 ms
