@@ -120,6 +120,53 @@ def test_bulk_and_single_row_inserts_write_the_same_rows(sql_session: Session, w
 
 
 @pytest.mark.parametrize(
+    "targets",
+    [
+        # one group read together (c1, c2, c3: same columns, same column list), c2 twice
+        ["c1 values (1, 1, 1.5, true, 'a', 'b') (2, 2, 2.5, false, 'c', 'd')",
+         "c2 values (1, 10, 0.5, true, 'x', 'y') (3, 30, 3.5, null, '', 'z')",
+         "c3 values (5, 50, 5, TRUE, \"q\"\"\", 'é') (6, null, 6, False, 'it''s', 'n')",
+         "c2 values (7, 70, 7, true, 'u', 'v') (8, 80, 8, true, 'w', 'x')"],
+        # two column lists: (ts, f) read together; (ts, v) table by table, for the quoted
+        # number in c2's INT column (not a plain parse: the per-value rule reads it)
+        ["c1 (ts, v) values (1, 1) (2, 2)", "c2 (ts, v) values (1, '7') (2, 8)",
+         "c3 (ts, f) values (1, 1.5) (2, 2.5)", "c1 (ts, f) values (3, 3) (4, 4)"],
+    ],
+)  # fmt: skip
+def test_blocks_of_several_tables_write_what_each_table_written_alone_would(
+    sql_session: Session, warehouse: Warehouse, targets: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagster_tdstream.families import insert
+
+    tables = "create table c2 using st tags (2); create table c3 using st tags (3);"
+    sql_session.execute(
+        SCHEMA + tables + "create database e; use e;" + SCHEMA.split(";", 1)[1].replace("use d;", "") + tables
+    )
+    alone: list[str] = []
+    read_alone = insert._block_arrays
+    monkeypatch.setattr(insert, "_block_arrays", lambda block, *a: alone.append(block.text) or read_alone(block, *a))
+    sql_session.execute("insert into " + " ".join(f"d.{target}" for target in targets))
+    assert len(alone) == (0 if "'7'" not in targets[1] else 2)  # the blocks not read with others'
+    for target in targets:
+        sql_session.execute(f"insert into e.{target}")
+    assert rows(warehouse) == sorted(
+        tuple(r[c] for c in ("tbname", "ts", "v", "f", "b", "s", "n"))
+        for r in warehouse.read_table(warehouse.table("e", "st")).to_pylist()
+    )
+    assert len(rows(warehouse)) == 8
+
+
+def test_a_bad_value_in_one_of_several_tables_blocks_is_named_and_writes_nothing(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(SCHEMA + "create table c2 using st tags (2);")
+    with pytest.raises(WriteRejectedError, match="out of range for column v") as caught:
+        sql_session.execute("insert into c1 (ts, v) values (1, 1) (2, 2)\n c2 (ts, v) values (1, 3) (2, 2147483648)")
+    assert (caught.value.line, caught.value.column) == (2, 31)
+    assert rows(warehouse) == []
+
+
+@pytest.mark.parametrize(
     ("values", "message", "where"),
     [
         ("(1, 1, 1, true, 'a', 'b')\n  (2, 2147483648, 1, true, 'a', 'b')", "out of range for column v", (2, 7)),

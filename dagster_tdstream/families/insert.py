@@ -48,10 +48,13 @@ def execute_insert(session: Session, stmt: ast.Insert) -> Result:
         for name, info in session.warehouse.find_tables(db, sorted(names)).items()
     }
     contexts = {db: session.constants(db) for db in named}
+    shared = _blocks_read_together(
+        stmt.targets, [tables.get((session.db_of(t.table), t.table.name.lower())) for t in stmt.targets]
+    )
     batches: list[WriteBatch] = []
     new_children: list[TableInfo] = []
     total = 0
-    for target in stmt.targets:
+    for index, target in enumerate(stmt.targets):
         db = session.db_of(target.table)
         name = target.table.name.lower()  # names are case-insensitive
         info = tables.get((db, name))
@@ -79,7 +82,7 @@ def execute_insert(session: Session, stmt: ast.Insert) -> Result:
                 line=target.pos.line,
                 column=target.pos.column,
             )
-        data = _target_data(target, info, _positions(target, info), contexts[db])
+        data = _target_data(target, info, _positions(target, info), contexts[db], shared.get(index))
         total += data.num_rows
         batches.append(WriteBatch(info, data))
     session.warehouse.write(batches, new_children)
@@ -112,12 +115,61 @@ def _positions(target: ast.InsertTarget, info: TableInfo) -> list[int]:
     return positions
 
 
-def _target_data(target: ast.InsertTarget, info: TableInfo, positions: list[int], ctx: ConstantContext) -> pa.Table:
-    """The target's rows (block first, then the other tuples, as written) in the table's schema."""
+def _blocks_read_together(
+    targets: Sequence[ast.InsertTarget], infos: Sequence[TableInfo | None]
+) -> dict[int, list[pa.Array]]:
+    """The block arrays of targets whose blocks are read in one go, by target index: the blocks
+    of existing tables with the same columns and column list are concatenated column by column
+    and read by ``_vectorised`` once, not once per table (an INSERT of 10 rows into each of 100
+    tables spent half its time in 300 small readings). A group with any column the vectorised
+    reading is not sure of is left out whole: each of its targets then goes its own way, which
+    is the definition and raises the errors, in the statement's order."""
+    Group = tuple[tuple[ast.ColumnDef, ...], tuple[int, ...]]
+    groups: dict[Group, list[tuple[int, list[Sequence[str]]]]] = {}
+    for index, (target, info) in enumerate(zip(targets, infos, strict=True)):
+        if target.block is None or info is None or info.virtual or info.kind == "super":
+            continue
+        try:
+            positions = _positions(target, info)
+        except WriteRejectedError:
+            continue  # raised in its turn
+        if target.block.width == len(positions):
+            texts = block_columns(target.block.text, target.block.width)
+            groups.setdefault((info.columns, tuple(positions)), []).append((index, texts))
+    shared: dict[int, list[pa.Array]] = {}
+    for (columns, positions), members in groups.items():
+        if len(members) < 2:
+            continue
+        vectors = [
+            _vectorised(pa.array([text for _, texts in members for text in texts[value]], pa.string()), columns[index])
+            for value, index in enumerate(positions)
+        ]
+        if any(vector is None for vector in vectors):
+            continue
+        offset = 0
+        for target_index, texts in members:
+            count = len(texts[0])
+            arrays = [pa.nulls(count, arrow_type(col.type)) for col in columns]
+            for vector, index in zip(vectors, positions, strict=True):
+                arrays[index] = vector.slice(offset, count)  # type: ignore[union-attr]
+            shared[target_index] = arrays
+            offset += count
+    return shared
+
+
+def _target_data(
+    target: ast.InsertTarget,
+    info: TableInfo,
+    positions: list[int],
+    ctx: ConstantContext,
+    block_arrays: list[pa.Array] | None = None,
+) -> pa.Table:
+    """The target's rows (block first, then the other tuples, as written) in the table's schema;
+    ``block_arrays``: its block already read (``_blocks_read_together``)."""
     parts: list[list[pa.Array]] = []
     where: list[Callable[[int, int], ast.Pos]] = []  # per part: (row, value) → position
     if target.block is not None:
-        parts.append(_block_arrays(target.block, info, positions, ctx))
+        parts.append(block_arrays or _block_arrays(target.block, info, positions, ctx))
         where.append(_block_locator(target.block))
     if target.rows:
         parts.append(_row_arrays(target.rows, info, positions, ctx))
