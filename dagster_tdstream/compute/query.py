@@ -77,7 +77,7 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
 
     def go_on() -> None:
         if timed_out.is_set():
-            raise QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)")
+            raise _cancelled(timeout_seconds)
 
     if timeout_seconds:
         threading.Thread(target=watch, args=(timeout_seconds,), name=tag, daemon=True).start()
@@ -100,11 +100,16 @@ def run_query(views: SparkViews, translated: TranslatedQuery, *, timeout_seconds
         spark.interruptTag(tag)
         raise QueryError("query cancelled (Ctrl-C)") from None
     except Exception as exc:
-        go_on()
+        if timed_out.is_set():
+            raise _cancelled(timeout_seconds) from None  # without Spark's error (a JVM stack) as its context
         raise QueryError(f"query failed in Spark: {spark_failure(exc)}") from None
     finally:
         finished.set()
         spark.removeTag(tag)
+
+
+def _cancelled(timeout_seconds: float | None) -> QueryError:
+    return QueryError(f"query cancelled after {timeout_seconds:g} s (the query timeout)")
 
 
 # a timed-out query is interrupted every _INTERRUPT_EVERY seconds until it ends, for at most
