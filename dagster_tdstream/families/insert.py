@@ -125,7 +125,7 @@ def _blocks_read_together(
     reading is not sure of is left out whole: each of its targets then goes its own way, which
     is the definition and raises the errors, in the statement's order."""
     Group = tuple[tuple[ast.ColumnDef, ...], tuple[int, ...]]
-    groups: dict[Group, list[tuple[int, list[Sequence[str]]]]] = {}
+    groups: dict[Group, list[tuple[int, ast.ValuesBlock]]] = {}
     for index, (target, info) in enumerate(zip(targets, infos, strict=True)):
         if target.block is None or info is None or info.virtual or info.kind == "super":
             continue
@@ -134,27 +134,35 @@ def _blocks_read_together(
         except WriteRejectedError:
             continue  # raised in its turn
         if target.block.width == len(positions):
-            texts = block_columns(target.block.text, target.block.width)
-            groups.setdefault((info.columns, tuple(positions)), []).append((index, texts))
+            groups.setdefault((info.columns, tuple(positions)), []).append((index, target.block))
     shared: dict[int, list[pa.Array]] = {}
     for (columns, positions), members in groups.items():
-        if len(members) < 2:
+        if len(members) < 2:  # a block alone is read by _block_arrays (split once, not here too)
             continue
+        texts = [block_columns(block.text, block.width) for _, block in members]
         vectors = [
-            _vectorised(pa.array([text for _, texts in members for text in texts[value]], pa.string()), columns[index])
+            _vectorised(pa.array([text for table in texts for text in table[value]], pa.string()), columns[index])
             for value, index in enumerate(positions)
         ]
         if any(vector is None for vector in vectors):
             continue
         offset = 0
-        for target_index, texts in members:
-            count = len(texts[0])
-            arrays = [pa.nulls(count, arrow_type(col.type)) for col in columns]
-            for vector, index in zip(vectors, positions, strict=True):
-                arrays[index] = vector.slice(offset, count)  # type: ignore[union-attr]
-            shared[target_index] = arrays
+        for (target_index, _), table in zip(members, texts, strict=True):
+            count = len(table[0])
+            parts = [vector.slice(offset, count) for vector in vectors]  # type: ignore[union-attr]
+            shared[target_index] = _in_table_order(columns, positions, parts, count)
             offset += count
     return shared
+
+
+def _in_table_order(
+    columns: Sequence[ast.ColumnDef], positions: Sequence[int], vectors: Sequence[pa.Array], count: int
+) -> list[pa.Array]:
+    """A block's value columns placed at their table columns, the columns not listed NULL."""
+    arrays = [pa.nulls(count, arrow_type(col.type)) for col in columns]
+    for vector, index in zip(vectors, positions, strict=True):
+        arrays[index] = vector
+    return arrays
 
 
 def _target_data(
@@ -226,8 +234,7 @@ def _block_arrays(
     if block.width != len(positions):
         raise _width_error(info, positions, block.width, locate(0, 0))
     texts = block_columns(block.text, block.width)
-    count = len(texts[0])
-    arrays = [pa.nulls(count, arrow_type(col.type)) for col in info.columns]
+    vectors = []
     for value, index in enumerate(positions):
         col = info.columns[index]
         literals = pa.array(texts[value], pa.string())
@@ -240,8 +247,8 @@ def _block_arrays(
                 ],
                 arrow_type(col.type),
             )
-        arrays[index] = vector
-    return arrays
+        vectors.append(vector)
+    return _in_table_order(info.columns, positions, vectors, len(texts[0]))
 
 
 def _vectorised(literals: pa.Array, col: ast.ColumnDef) -> pa.Array | None:
