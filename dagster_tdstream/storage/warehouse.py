@@ -371,7 +371,7 @@ class Warehouse:
         db, storage = target.db, target.storage
         with self.locks.hold_if_free(db, storage) as free:
             if free:
-                version, merged = self._lead(target, table)
+                version, merged = self._lead(target, (table, batch_min, batch_max))
                 return WriteResult(table.num_rows, merged, {f"{db}.{storage}": version})
         request = self.spool.submit(db, storage, table, self.delta.latest_version(db, storage))
         settled: list[dict[str, object]] = []
@@ -390,9 +390,11 @@ class Warehouse:
             raise CatalogError(f"the write was not committed: {reason}")
         return WriteResult(table.num_rows, bool(outcome["merged"]), {f"{db}.{storage}": int(outcome["version"])})  # type: ignore[call-overload]
 
-    def _lead(self, target: StagedTable, own: pa.Table | None) -> tuple[int, bool]:
-        """Holding the table's lock: commit the staged requests (and ``own`` rows, last) as one
-        write and settle every request; returns (version, merged)."""
+    def _lead(
+        self, target: StagedTable, own: tuple[pa.Table, dict[str, int], dict[str, int]] | None
+    ) -> tuple[int, bool]:
+        """Holding the table's lock: commit the staged requests (and ``own`` rows with their key
+        spans, last) as one write and settle every request; returns (version, merged)."""
         db, storage = target.db, target.storage
         requests = self.spool.waiting(db, storage)
         if requests:  # a leader killed after its commit left these settled in the log only
@@ -405,12 +407,15 @@ class Warehouse:
             for request in [r for r in requests if r.id in committed]:
                 self.spool.settle([request], {"version": committed[request.id], "merged": False})
             requests = [r for r in requests if r.id not in committed]
-        parts = [r.rows() for r in requests] + ([own] if own is not None else [])
+        parts = [r.rows() for r in requests] + ([own[0]] if own is not None else [])
         if not parts:
             return self.delta.latest_version(db, storage), False
-        keys = ["tbname", target.primary_key] if target.is_super else [target.primary_key]
-        rows = _last_per_key(pa.concat_tables(parts), keys) if len(parts) > 1 else parts[0]
-        batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
+        if own is not None and not requests:  # its own rows alone: spans found with them (_storage_rows)
+            rows, batch_min, batch_max = own
+        else:
+            keys = ["tbname", target.primary_key] if target.is_super else [target.primary_key]
+            rows = _last_per_key(pa.concat_tables(parts), keys) if len(parts) > 1 else parts[0]
+            batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
         extra = {GROUP_KEY: ",".join(r.id for r in requests)} if requests else None
         try:
             version, merged = self._write_table(target, rows, batch_min, batch_max, extra)
