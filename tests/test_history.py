@@ -9,12 +9,13 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from dagster import DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterRunStatus, RunsFilter
 from sqlalchemy import select
 
 from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.compute import bulk as bulk_module
 from dagster_tdstream.compute.bulk import DRIVER_ISLANDS, LOCAL_ROWS, derive_windows, time_ordered
+from dagster_tdstream.compute.history import PLAN
 from dagster_tdstream.storage.catalog import triggers_table
 from dagster_tdstream.storage.registry import StreamDefinition, load_stream
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
@@ -532,3 +533,79 @@ def test_bulk_sliding_points_in_the_executors_equal_the_in_process_replay(sessio
         tuple(t[k] for k in keys) for t in in_process.triggers
     )
     assert len(in_spark.triggers) >= 4 and in_spark.states == in_process.states
+
+
+def _history_rows(database: str, seed: int) -> str:
+    """Three child tables (two share a tag) with gaps of whole windows, NULLs, a row written
+    twice and a deleted row: a history's windows full, empty, updated and thinned."""
+    rng = random.Random(seed)
+    statements = [
+        f"create database {database}; use {database};"
+        "create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (1); create table c using st tags (2);"
+        "create table t (ts timestamp, v int)"
+    ]
+    for table in "abct":
+        stamps = sorted(rng.sample(range(0, 120), 40))  # seconds: some 10 s windows stay empty
+        values = " ".join(f"({T + s * 1000}, {rng.choice(['NULL', *map(str, range(6))])})" for s in stamps)
+        statements.append(f"insert into {table} values {values}")
+        statements.append(f"insert into {table} values ({T + stamps[3] * 1000}, 9)")  # written again
+        statements.append(f"delete from {table} where ts = {T + stamps[5] * 1000}")
+    return ";".join(statements)
+
+
+_SHAPES = [  # (trigger and source, options, query), whether one scan computes it
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
+     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by g", "fill_history",
+     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", True),
+    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows", True),
+    ("interval(10s) sliding(10s) from t", "fill_history", "select _twstart, sum(v) + 1 s, count(*) n from %%trows",
+     True),
+    ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|watermark(15s)",
+     "select _twstart, count(*) n, spread(v) s from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|pre_filter(v > 2)",
+     "select _twstart, count(*) n, sum(v) s from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
+     "select _twstart, count(*) n, max(v) m from %%trows", True),
+    # the query's WHERE: its aggregates see fewer rows than the trigger, which derives first
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
+     "select _twstart, count(*) n from %%trows where v > 2", False),
+    # overlapping windows: a row in two of them, derived first
+    ("interval(20s) sliding(10s) from st partition by tbname", "fill_history",
+     "select _twstart, count(*) n from %%trows", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trigger", "options", "query", "one_scan"), _SHAPES)
+def test_a_history_in_one_scan_writes_what_deriving_then_querying_writes(
+    session: Session,
+    harness: StreamHarness,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger: str,
+    options: str,
+    query: str,
+    one_scan: bool,
+) -> None:
+    """The same rows and stream in two databases: one history run with every table past the
+    in-process size (one scan where the plan applies: windows, their states and the query's
+    aggregates from one grouping), one derived in this process and queried after. The outputs,
+    the checkpointed group states and the plan each run reports."""
+    plans = {}
+    for database, size in (("one_scan", 0), ("two_steps", LOCAL_ROWS)):
+        monkeypatch.setattr(bulk_module, "LOCAL_ROWS", size)
+        session.execute(_history_rows(database, seed=len(trigger) + len(options) + len(query)))
+        session.execute(f"create stream h {trigger} stream_options({options}) into out as {query}")
+        assert harness.run_until_idle().failures == []
+        event = harness.instance.get_latest_materialization_event(AssetKey(["tdstream", database, "out"]))
+        assert event is not None and event.asset_materialization is not None
+        plans[database] = event.asset_materialization.metadata["tdstream/history_plan"].value
+    assert plans == {"one_scan": PLAN if one_scan else "derive, then query", "two_steps": "derive, then query"}
+    # (output subtables are named per database: the rows are compared, not their tables' names)
+    written = [sorted(output(session, f"select * from {database}.out"), key=str) for database in plans]
+    assert written[0] == written[1] and len(written[0]) >= 6
+    catalog = session.warehouse.catalog
+    states = [
+        catalog.load_checkpoint(key, catalog.latest_checkpoint_offset(key)) for key in ("one_scan.h", "two_steps.h")
+    ]  # type: ignore[arg-type]
+    assert states[0] == states[1] and states[0]

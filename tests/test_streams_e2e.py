@@ -612,7 +612,7 @@ def test_a_run_reads_the_tags_its_query_or_pre_filter_names_and_skips_them_other
     session: Session, harness: StreamHarness
 ) -> None:
     """A run reads the trigger table's rows without their tags unless the query, the grouping
-    or PRE_FILTER names one (``run._reads_tags``): each stream gets exactly what it names."""
+    or PRE_FILTER names one (``run.reads_tags``): each stream gets exactly what it names."""
     session.execute(
         SCHEMA + "create table a using st tags (1); create table b using st tags (2); create table c using st tags (3);"
         "create stream tg interval(5s) sliding(5s) from st partition by tbname into tg_out "

@@ -157,6 +157,18 @@ def _interval_runs(trigger: WindowTrigger) -> GroupReplay:
     return replay_group
 
 
+def interval_windows(warehouse: Warehouse, stream: StreamDefinition, runs: pa.Table) -> Derived:
+    """Every group's INTERVAL windows and final state from its runs as Spark finds them — the
+    stream's group columns, ``__first``, ``__last``, ``__rows``, a row per group and window
+    (``compute/history.py`` has them with the query's aggregates) — replayed here."""
+    trigger = stream_trigger(stream)
+    assert isinstance(trigger, WindowTrigger)
+    names = list(stream.group_columns) or [_ALL]
+    if not stream.group_columns:
+        runs = runs.append_column(_ALL, pa.array([0] * runs.num_rows, pa.int64()))
+    return _derived_here(warehouse, stream, runs, names, _interval_runs(trigger))
+
+
 def _group_slices(data: pa.Table, columns: Sequence[str]) -> list[pa.Table]:
     """Each group's rows of ``data``, one slice per group. Sorted by group once, each group's
     rows are one slice (taking each group's rows out of the whole table cost a pass over it

@@ -29,6 +29,7 @@ from ..sql.translate import (
     OutputColumn,
     SourceTable,
     StreamScope,
+    TranslatedQuery,
     TranslationContext,
     row_condition,
     row_expression,
@@ -88,6 +89,20 @@ def _source_types(views: SparkViews, stream: StreamDefinition) -> dict[str, ast.
     return types
 
 
+@dataclass(frozen=True)
+class PreparedQuery:
+    """A batch's query translated, and its data side computed, before its triggers existed
+    (a history run's one scan, ``history.py``): the views it reads (closed by whoever
+    prepared them), the trigger table's source and ``%%trows`` view, the translation, and
+    the name the triggers view is registered under."""
+
+    views: SparkViews
+    trigger_source: SourceTable
+    trows_view: str
+    translated: TranslatedQuery
+    triggers_view: str
+
+
 def compute_triggers(
     spark: Any,
     warehouse: Warehouse,
@@ -98,47 +113,31 @@ def compute_triggers(
     replace_range: tuple[int, int] | None = None,
     clock: Callable[[], int] = time.time_ns,
     shared: SharedRows | None = None,
+    prepared: PreparedQuery | None = None,
 ) -> RunOutcome:
     """Evaluate ``triggers`` (queue rows) with the stream's query and write the results
     (unless the stream only notifies: no query, or CALC_NOTIFY_ONLY). ``shared``: a read of
-    the trigger table's rows other batches use too; taken when it covers the batch's span."""
+    the trigger table's rows other batches use too; taken when it covers the batch's span.
+    ``prepared``: the query as a history scan translated it, its data side computed."""
     query = stream.stmt.query
     if query is None:  # a notify-only stream: the events are all there is
         return RunOutcome(len(triggers), 0, 0, None, _offsets(triggers), ())
     # an open the query does not run on (EVENT_TYPE) fired only to be notified
     events = {WINDOW_CLOSE, RECALC, MAX_DELAY, ON_TIME} | ({WINDOW_OPEN} & set(computed_events(stream.stmt)))
     computable = [t for t in triggers if t["event"] in events]
-    views = SparkViews(spark, warehouse, stream.db)
+    views = SparkViews(spark, warehouse, stream.db) if prepared is None else prepared.views
+    trigger = stream_trigger(stream)
+    label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
     try:
-        triggers_view = views.register_rows(_triggers_rows(stream, computable, clock), "triggers")
-        trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
-        trigger = stream_trigger(stream)
-        label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
-        if isinstance(trigger, PeriodTrigger) and trigger_source is not None:
-            # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
-            trigger_source = _period_rows(spark, views, warehouse, stream, computable)
-        trows_view = None
-        span = rows_span(stream, computable)
-        table = stream.trigger_table
-        if trigger_source is not None and span is not None and table is not None:
-            # (a recalculation, RECALCULATE's backfill, reads the table as it stands)
-            if written.kept_for(stream, table) and replace_range is None:
-                trows_view = views.register(_as_aggregated(spark, warehouse, stream, table, span), "range")
-            elif shared is not None and shared.covers(table, *span):
-                trows_view = views.register(shared.rows(*span), "range")
-            else:  # the batch's rows from the few files its windows span
-                trows_view = views.table_range(table, *span, tags=_reads_tags(stream))
-        if label is not None and _uses(query, "_twrownum") and trigger_source is not None:
-            # recalculated INTERVAL windows carry no row count: count them at computation time
-            counted = trows_view or trigger_source.view
-            triggers_view = views.register(
-                _with_row_counts(views, triggers_view, counted, stream, label, timezone), "triggers"
+        if prepared is not None:
+            rows = _triggers_rows(stream, computable, clock)
+            triggers_view = views.register_rows(rows, "triggers", prepared.triggers_view)
+            trigger_source, trows_view = prepared.trigger_source, prepared.trows_view
+            translated = prepared.translated
+        else:
+            triggers_view, trigger_source, trows_view, translated = _translated(
+                views, stream, computable, query, timezone, replace_range, clock, shared
             )
-        scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
-        ctx = TranslationContext(
-            views.resolve, timezone, clock(), stream=scope, functions=function_lookup(views.warehouse, views.spark)
-        )
-        translated = translate_select(query, ctx)
         result = _by_trigger(run_query(views, translated)) if computable else pa.table({})
         empty = _emptied_windows(
             views, stream, computable, triggers_view, trows_view or trigger_source, label, timezone
@@ -149,7 +148,74 @@ def compute_triggers(
         if stream.stmt.option(ast.LEGACY_FILL) is not None and late and replace_range is None:
             around = _rows_around(views, stream, computable, timezone)
     finally:
-        views.close()
+        if prepared is None:
+            views.close()
+    return _written(
+        warehouse, stream, triggers, computable, translated, result, empty, source_types, around,
+        replace_range=replace_range, clock=clock,
+    )  # fmt: skip
+
+
+def _translated(
+    views: SparkViews,
+    stream: StreamDefinition,
+    computable: Sequence[dict[str, Any]],
+    query: ast.Select,
+    timezone: ZoneInfo,
+    replace_range: tuple[int, int] | None,
+    clock: Callable[[], int],
+    shared: SharedRows | None,
+) -> tuple[str, SourceTable | None, str | None, TranslatedQuery]:
+    """The batch's triggers view, the trigger table's source and ``%%trows`` view (the rows
+    the batch's windows span), and the query translated over them."""
+    triggers_view = views.register_rows(_triggers_rows(stream, computable, clock), "triggers")
+    trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
+    trigger = stream_trigger(stream)
+    label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
+    spark, warehouse = views.spark, views.warehouse
+    if isinstance(trigger, PeriodTrigger) and trigger_source is not None:
+        # %%trows of a PERIOD tick: the WAL records the tick consumed, per trigger
+        trigger_source = _period_rows(spark, views, warehouse, stream, computable)
+    trows_view = None
+    span = rows_span(stream, computable)
+    table = stream.trigger_table
+    if trigger_source is not None and span is not None and table is not None:
+        # (a recalculation, RECALCULATE's backfill, reads the table as it stands)
+        if written.kept_for(stream, table) and replace_range is None:
+            trows_view = views.register(_as_aggregated(spark, warehouse, stream, table, span), "range")
+        elif shared is not None and shared.covers(table, *span):
+            trows_view = views.register(shared.rows(*span), "range")
+        else:  # the batch's rows from the few files its windows span
+            trows_view = views.table_range(table, *span, tags=reads_tags(stream))
+    if label is not None and uses(query, "_twrownum") and trigger_source is not None:
+        # recalculated INTERVAL windows carry no row count: count them at computation time
+        counted = trows_view or trigger_source.view
+        triggers_view = views.register(
+            _with_row_counts(views, triggers_view, counted, stream, label, timezone), "triggers"
+        )
+    scope = stream_scope(stream, triggers_view, trigger_source, trows_view)
+    ctx = TranslationContext(
+        views.resolve, timezone, clock(), stream=scope, functions=function_lookup(views.warehouse, views.spark)
+    )
+    return triggers_view, trigger_source, trows_view, translate_select(query, ctx)
+
+
+def _written(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    triggers: Sequence[dict[str, Any]],
+    computable: Sequence[dict[str, Any]],
+    translated: TranslatedQuery,
+    result: pa.Table,
+    empty: set[int],
+    source_types: dict[str, ast.DataType],
+    around: Any,
+    *,
+    replace_range: tuple[int, int] | None,
+    clock: Callable[[], int],
+) -> RunOutcome:
+    """The batch's results, filled, retracted and written (or only kept for the notifications)."""
+    trigger = stream_trigger(stream)
     if empty:  # no rows are left in these windows: they are retracted below, not written
         result = _without(result, empty)
     if stream.stmt.option(ast.LEGACY_FILL) is not None and computable:
@@ -306,7 +372,11 @@ def _period_rows(
 
 
 def stream_scope(
-    stream: StreamDefinition, triggers_view: str, trigger_source: SourceTable | None, trows_view: str | None = None
+    stream: StreamDefinition,
+    triggers_view: str,
+    trigger_source: SourceTable | None,
+    trows_view: str | None = None,
+    aggregates_view: str | None = None,
 ) -> StreamScope:
     """What the stream's query sees of a batch of triggers (see ``StreamScope``)."""
     trigger = stream_trigger(stream)
@@ -322,6 +392,7 @@ def stream_scope(
         rows_by_trigger=isinstance(trigger, PeriodTrigger),
         force_output=stream.stmt.option("FORCE_OUTPUT") is not None,
         trows_view=trows_view,
+        aggregates_view=aggregates_view,
     )
 
 
@@ -392,7 +463,7 @@ def _as_aggregated(
     """A legacy stream's rows as its engine aggregated them (``storage/written.py``): the
     table's, plus the ones rewrites replaced at keys the table still holds (a deleted row is
     gone with all its writes), less the rows expired per their own table."""
-    tags, pk = _reads_tags(stream), table.primary_key
+    tags, pk = reads_tags(stream), table.primary_key
     rows = table_frame(spark, warehouse, table, key_range=span, tags=tags)
     replaced = written.storage_name(stream.key, written.WRITTEN)
     if warehouse.delta.exists(table.db, replaced):
@@ -411,7 +482,7 @@ def _offsets(triggers: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
     return (min(offsets), max(offsets)) if offsets else None
 
 
-def _reads_tags(stream: StreamDefinition) -> bool:
+def reads_tags(stream: StreamDefinition) -> bool:
     """Whether a run may read the trigger table's tags from its rows: a tag named anywhere in
     the query, the grouping or PRE_FILTER (or ``*``); else its rows are read without them."""
     table, query = stream.trigger_table, stream.stmt.query
@@ -428,7 +499,7 @@ def _reads_tags(stream: StreamDefinition) -> bool:
     return star or named or bool(tags & set(stream.group_columns))
 
 
-def _uses(query: ast.Select, name: str) -> bool:
+def uses(query: ast.Select, name: str) -> bool:
     return any(isinstance(node, ast.Column) and node.name.lower() == name for node in all_expressions(query))
 
 

@@ -26,6 +26,8 @@ from dagster import (
 )
 
 from ..compute.bulk import derive_windows
+from ..compute.history import PLAN as HISTORY_PLAN
+from ..compute.history import history_scan
 from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
 from ..faults import failpoint
 from ..notify.events import notification_events
@@ -149,14 +151,18 @@ def _compute(
         # checkpoint is written after the output commit, so a failed run is simply redone
         history = int(context.run.tags[HISTORY_TAG])
         started = time.perf_counter()
-        derived = derive_windows(spark, warehouse, stream, version=history)
-        derived_at = time.perf_counter()
-        outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone)
+        with history_scan(spark, warehouse, stream, history, timezone=zone) as scan:
+            # one scan for the windows and the query where the plan applies, else two
+            derived = derive_windows(spark, warehouse, stream, version=history) if scan is None else scan.derived
+            derived_at = time.perf_counter()
+            prepared = None if scan is None else scan.prepared
+            outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone, prepared=prepared)
         # keyed by the history offset: a retried history run records nothing twice
         events = notification_events(stream, derived.triggers, outcome.results, history=True, source=f"h{history}")
         warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
         metadata = {MODE_TAG: HISTORY_MODE, "tdstream/history_offset": history}
+        metadata["tdstream/history_plan"] = HISTORY_PLAN if scan is not None else "derive, then query"
         metadata["tdstream/groups"] = len(derived.states)
         starts = [int(t["wstart"]) for t in derived.triggers if t["wstart"] is not None]
         if starts:  # the run's partitions are at most the newest MAX_RUN_PARTITIONS of them

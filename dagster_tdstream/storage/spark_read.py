@@ -295,9 +295,11 @@ class SparkViews:
         """Register any DataFrame (e.g. the triggers of a run) and return its view name."""
         return self.register_as(frame, f"__{prefix}_{next(self._counter)}")
 
-    def register_rows(self, rows: pa.Table, prefix: str) -> str:
-        """Register rows of this process (e.g. a run's triggers) as a view."""
-        view = self.register(self.rows_frame(rows, prefix), prefix)
+    def register_rows(self, rows: pa.Table, prefix: str, view: str | None = None) -> str:
+        """Register rows of this process (e.g. a run's triggers) as a view (named ``view``,
+        when a translation chose the name before the rows existed)."""
+        frame = self.rows_frame(rows, prefix)
+        view = self.register(frame, prefix) if view is None else self.register_as(frame, view)
         self._rows[view] = rows
         return view
 

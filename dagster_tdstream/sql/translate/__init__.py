@@ -8,6 +8,7 @@ session, no catalog access beyond the resolver the caller passes in.
 """
 
 from .scope import (
+    KeyAggregates,
     OutputColumn,
     RowWindowPlan,
     SourceTable,
@@ -21,6 +22,7 @@ from .select import translate_select
 from .sources import row_condition, row_expression
 
 __all__ = [
+    "KeyAggregates",
     "OutputColumn",
     "RowWindowPlan",
     "SourceTable",

@@ -71,6 +71,20 @@ class SpanWidth:
 
 
 @dataclass(frozen=True)
+class KeyAggregates:
+    """The aggregate-first plan's data side as a query of its own (``StreamScope.aggregates_view``):
+    the data grouped by the keys it meets its triggers on — ``__k0`` … as the trigger columns
+    ``keys`` name them (``__g1`` …, ``_twstart``) — with the query's aggregates and each key's
+    rows as a run (``__first``, ``__last``, ``__rows``: what deriving INTERVAL windows reads).
+    ``narrowed``: the query's WHERE keeps fewer rows than the trigger saw, so the runs are not
+    the trigger's."""
+
+    sql: str
+    keys: tuple[str, ...]
+    narrowed: bool
+
+
+@dataclass(frozen=True)
 class TranslatedQuery:
     sql: str
     columns: tuple[OutputColumn, ...]
@@ -79,6 +93,8 @@ class TranslatedQuery:
     row_windows: tuple[RowWindowPlan, ...] = ()  # registered in this order (inner queries first)
     # (placeholder in ``sql``, its value's definition): evaluated and substituted first
     parameters: tuple[tuple[str, SpanWidth], ...] = ()
+    # the data sides ``sql`` reads from ``StreamScope.aggregates_view``, to be computed first
+    key_aggregates: tuple[KeyAggregates, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,10 @@ class StreamScope:
     # a legacy PARTITION BY expression: its group column's name (in ``group_columns``) → the
     # expression, computed over the trigger table's rows to meet each row's group
     group_exprs: Mapping[str, ast.Expr] = field(default_factory=dict)
+    # a view the caller computes before the triggers exist (a history run derives them from
+    # its runs): the aggregate-first plan on equalities reads its data side from there
+    # (``KeyAggregates``) instead of computing it in the query
+    aggregates_view: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,7 @@ class TranslationContext:
     stream: StreamScope | None = None
     row_windows: list[RowWindowPlan] = field(default_factory=list)
     parameters: list[tuple[str, SpanWidth]] = field(default_factory=list)
+    key_aggregates: list[KeyAggregates] = field(default_factory=list)
     # the catalog's user-defined functions by name (None: the query can name none)
     functions: Callable[[str], UserFunctionRef | None] | None = None
     _names: itertools.count = field(default_factory=itertools.count)

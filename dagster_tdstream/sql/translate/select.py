@@ -32,7 +32,13 @@ from .windows import calendar_windows, filled_windows, interval_spec, label_row_
 def translate_select(select: ast.Select, ctx: TranslationContext) -> TranslatedQuery:
     sql, columns, scope = translate(select, ctx)
     return TranslatedQuery(
-        sql, tuple(columns), scope.precision, scope.tables, tuple(ctx.row_windows), tuple(ctx.parameters)
+        sql,
+        tuple(columns),
+        scope.precision,
+        scope.tables,
+        tuple(ctx.row_windows),
+        tuple(ctx.parameters),
+        tuple(ctx.key_aggregates),
     )
 
 
