@@ -11,9 +11,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dagster_tdstream.compute.bulk import fixed_interval_outcomes
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.intervals import IntervalSpec
 from dagster_tdstream.sql.parser import parse_statement
@@ -249,3 +251,45 @@ def test_session_islands_replay_like_rows(
     by_island = replay(trigger, session_changes([(first, last, n) for first, last, n in islands]))
     assert by_island[0] == by_row[0]
     assert by_island[1].to_json() == by_row[1].to_json()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    groups=st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d"]), st.lists(st.integers(0, 120), min_size=1, max_size=40), max_size=4
+    ),
+    interval=st.integers(1, 12),
+    offset=st.integers(0, 11),
+    watermark=st.sampled_from([0, 3, 50]),
+    ignore_nodata=st.booleans(),
+    max_delay=st.sampled_from([None, 5]),
+)
+def test_fixed_windows_of_all_groups_at_once_equal_each_groups_one_pass(
+    groups: dict[str, list[int]],
+    interval: int,
+    offset: int,
+    watermark: int,
+    ignore_nodata: bool,
+    max_delay: int | None,
+) -> None:
+    """A history's fixed INTERVAL windows computed for every group at once with arrays
+    (``bulk.fixed_interval_outcomes``) against ``interval_history`` group by group: the same
+    groups in the same order, closed windows with their counts, and states — groups with
+    empty windows inside their closed span or none closed, groups given in any order."""
+    spec = IntervalSpec(interval, interval, offset % interval)
+    trigger = WindowTrigger(spec, watermark=watermark, ignore_nodata=ignore_nodata, max_delay=max_delay)
+    expected, columns = [], {"tbname": [], "__first": [], "__last": [], "__rows": []}
+    for name in sorted(groups):
+        runs: dict[int, list[int]] = {}
+        for ts in sorted(groups[name]):
+            runs.setdefault(spec.floor(ts), []).append(ts)
+        group_runs = [(min(r), max(r), len(r)) for r in runs.values()]
+        closed, state = interval_history(trigger, group_runs)
+        expected.append((f'["{name}"]', [(WINDOW_CLOSE, s, e, n, "{}") for s, e, n in closed], state.to_json()))
+        for first, last, rows in reversed(group_runs):  # handed over out of order
+            for column, value in zip(columns, (name, first, last, rows), strict=True):
+                columns[column].append(value)
+    runs_table = pa.table(
+        columns, schema=pa.schema([("tbname", pa.string())] + [(c, pa.int64()) for c in columns if c != "tbname"])
+    )
+    assert fixed_interval_outcomes(trigger, runs_table, ["tbname"], ["tbname"]) == expected

@@ -24,11 +24,13 @@ from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import QueryError
 from ..sql import ast
+from ..sql.intervals import IntervalSpec
 from ..sql.timeunits import resolve_timezone
 from ..sql.translate import SourceTable, TranslationContext, row_condition, row_expression
 from ..sql.walk import walk
@@ -36,7 +38,7 @@ from ..storage.registry import StreamDefinition
 from ..storage.spark_read import spark_type, table_frame
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import WINDOW_CLOSE, WINDOW_OPEN, Fired, WindowTrigger
+from ..triggers.engine import WINDOW_CLOSE, WINDOW_OPEN, Fired, GroupState, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
 from ..triggers.replay import (
     Admission,
@@ -160,13 +162,85 @@ def _interval_runs(trigger: WindowTrigger) -> GroupReplay:
 def interval_windows(warehouse: Warehouse, stream: StreamDefinition, runs: pa.Table) -> Derived:
     """Every group's INTERVAL windows and final state from its runs as Spark finds them — the
     stream's group columns, ``__first``, ``__last``, ``__rows``, a row per group and window
-    (``compute/history.py`` has them with the query's aggregates) — replayed here."""
+    (``compute/history.py`` has them with the query's aggregates) — replayed here, or for
+    fixed windows that only close, computed for all groups at once (``fixed_interval_outcomes``)."""
     trigger = stream_trigger(stream)
     assert isinstance(trigger, WindowTrigger)
     names = list(stream.group_columns) or [_ALL]
     if not stream.group_columns:
         runs = runs.append_column(_ALL, pa.array([0] * runs.num_rows, pa.int64()))
-    return _derived_here(warehouse, stream, runs, names, _interval_runs(trigger))
+    return _interval_derived(warehouse, stream, trigger, runs, names)
+
+
+def _interval_derived(
+    warehouse: Warehouse, stream: StreamDefinition, trigger: WindowTrigger, runs: pa.Table, names: list[str]
+) -> Derived:
+    outcomes = fixed_interval_outcomes(trigger, runs, names, stream.group_columns)
+    if outcomes is None:
+        return _derived_here(warehouse, stream, runs, names, _interval_runs(trigger))
+    return _queued(warehouse, stream, outcomes)
+
+
+def fixed_interval_outcomes(
+    trigger: WindowTrigger, runs: pa.Table, names: Sequence[str], group_columns: Sequence[str]
+) -> list[tuple[str, Windows, dict[str, Any]]] | None:
+    """``replay.interval_history`` of every group of ``runs`` (one row per group and window:
+    ``names``, ``__first``, ``__last``, ``__rows``) at once, for fixed windows a row lies in
+    one of (SLIDING equal to INTERVAL) that fire WINDOW_CLOSE only: each group's (key, closed
+    windows, final state), groups in order of their values. Rows in order never land in a
+    closed window, so a group's closed windows are those starting at or before the last one
+    its newest row (less the watermark) closes, found with array arithmetic instead of a
+    Python step per run (0.8 s of 166,000 windows' history here). A group whose closed span
+    has windows without rows fires those too (unless IGNORE_NODATA_TRIGGER): it goes through
+    ``interval_history``. None where the trigger is not of that kind (``tests/test_history.py``
+    holds the two equal)."""
+    spec = trigger.spec
+    if not fast_interval(trigger) or not isinstance(spec, IntervalSpec) or spec.sliding != spec.interval:
+        return None
+    if runs.num_rows == 0:
+        return []
+    runs = runs.take(pc.sort_indices(runs, [*((n, "ascending") for n in names), ("__first", "ascending")]))
+    indexed = runs.select(list(names)).append_column("__row", pa.array(np.arange(runs.num_rows, dtype=np.int64)))
+    spans = indexed.group_by(list(names), use_threads=False).aggregate([("__row", "min"), ("__row", "count")])
+    order = np.argsort(spans.column("__row_min").to_numpy())
+    heads = spans.column("__row_min").to_numpy()[order]
+    sizes = spans.column("__row_count").to_numpy()[order]
+    first = runs.column("__first").to_numpy()
+    starts = first - (first - spec.offset) % spec.sliding  # each run's one window
+    group = np.repeat(np.arange(len(heads)), sizes)
+    if np.any((starts[1:] == starts[:-1]) & (group[1:] == group[:-1])):
+        return None  # two runs of one window: not the grouping this counts on
+    newest = np.maximum.reduceat(runs.column("__last").to_numpy(), heads)
+    progress = newest - trigger.watermark - spec.interval
+    last = progress - (progress - spec.offset) % spec.sliding  # spec.last_closed, per group
+    closing = starts <= last[group]
+    closed = np.add.reduceat(closing.astype(np.int64), heads)
+    earliest = starts[heads]  # spec.first_start of a group's first row
+    spanned = np.where(last >= earliest, (last - earliest) // spec.sliding + 1, 0)
+    rows = runs.column("__rows").to_numpy()
+    starts_list, rows_list, last_list = starts.tolist(), rows.tolist(), runs.column("__last").to_pylist()
+    first_list = first.tolist()
+    outcomes = []
+    for g, (head, size) in enumerate(zip(heads.tolist(), sizes.tolist(), strict=True)):
+        key = json.dumps([runs.column(c)[head].as_py() for c in group_columns], default=str)
+        end = head + size
+        if not trigger.ignore_nodata and closed[g] != spanned[g]:  # empty windows fire too
+            part = zip(first_list[head:end], last_list[head:end], rows_list[head:end], strict=True)
+            windows, state = interval_history(trigger, part)
+            outcomes.append((key, [(WINDOW_CLOSE, s, e, n, "{}") for s, e, n in windows], state.to_json()))
+            continue
+        shut = head + int(closed[g])
+        windows = [
+            (WINDOW_CLOSE, s, s + spec.interval, n, "{}")
+            for s, n in zip(starts_list[head:shut], rows_list[head:shut], strict=True)
+        ]
+        state = GroupState(max_ts=int(newest[g]))
+        state.next_close = int(last[g]) + spec.sliding if last[g] >= earliest[g] else int(earliest[g])
+        state.counts = dict(zip(starts_list[shut:end], rows_list[shut:end], strict=True))  # the open windows
+        if trigger.max_delay is not None:  # their delay counts from the replay's clock, 0
+            state.opened_at = dict.fromkeys(state.counts, 0)
+        outcomes.append((key, windows, state.to_json()))
+    return outcomes
 
 
 def _group_slices(data: pa.Table, columns: Sequence[str]) -> list[pa.Table]:
@@ -280,7 +354,7 @@ def derive_windows(
         )
         # a run per (group, window) at most: few enough to replay here, which spares the
         # job a shuffle by group and Spark's Python workers (seconds to start on a cold server)
-        return _derived_here(warehouse, stream, runs.toArrow(), names, _interval_runs(trigger))
+        return _interval_derived(warehouse, stream, trigger, runs.toArrow(), names)
     if isinstance(trigger, StateTrigger | SessionTrigger):
         # STATE_WINDOW and SESSION: Spark finds the islands (gaps and islands: rows in one
         # state, rows within the gap of each other); the state machine replays two changes per
