@@ -533,53 +533,93 @@ def _group_counts(trigger: CountTrigger) -> GroupReplay:
 
 
 def _islands(frame: Any, groups: list[str], pk: str, starts: Callable[[str], str], *measures: Any) -> Any:
-    """Each group's islands of rows in time order, as (first, last, ``measures``…): an island
-    starts at a row where ``starts`` (SQL given the window clause ``OVER (PARTITION BY groups
-    ORDER BY pk``, to close) is 1, a running sum numbers them — two window functions over one
-    sort, as a hand-written gaps-and-islands query."""
+    """Each group's islands of rows in time order, as (first, last, ``measures``…)."""
+    from pyspark.sql import functions as F
+
+    return (
+        _numbered(frame, groups, pk, starts)
+        .groupBy(*groups, "__island")
+        .agg(F.min(F.col(f"`{pk}`")).alias("__first"), F.max(F.col(f"`{pk}`")).alias("__last"), *measures)
+    )
+
+
+def _numbered(frame: Any, groups: list[str], pk: str, starts: Callable[[str], str]) -> Any:
+    """The rows, each with its island's number in its group (``__island``): an island starts
+    at a row where ``starts`` (SQL given the window clause ``OVER (PARTITION BY groups ORDER
+    BY pk``, to close) is 1, a running sum numbers them — two window functions over one sort,
+    as a hand-written gaps-and-islands query."""
     from pyspark.sql import functions as F
 
     over = f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
     frame = frame.withColumn("__start", F.expr(starts(over)))
-    frame = frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
-    return frame.groupBy(*groups, "__island").agg(
-        F.min(F.col(f"`{pk}`")).alias("__first"), F.max(F.col(f"`{pk}`")).alias("__last"), *measures
-    )
+    return frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
 
 
-def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
-    """STATE_WINDOW's islands: maximal runs of rows whose state — a NULL taking the state
-    before it, as in the trigger — stays the same, as (first, last, rows, state). An island
-    starts at a row whose state differs from the last state before it (``lag … IGNORE
-    NULLS``); the rows before a group's first state are one island with a NULL state (the
-    trigger skips them, but they move its event time)."""
-    from pyspark.sql import functions as F
-
+def _state_starts(column: str) -> Callable[[str], str]:
+    """STATE_WINDOW: an island starts at a row whose state differs from the last state before
+    it (``lag … IGNORE NULLS``); a NULL takes the state before it, as in the trigger."""
     state = f"`{column}`"
 
     def starts(over: str) -> str:
         changed = f"NOT ({state} <=> lag({state}) IGNORE NULLS {over}))"
         return f"CASE WHEN {state} IS NOT NULL AND {changed} THEN 1 ELSE 0 END"
 
-    rows, value = F.count(F.lit(1)).alias("__rows"), F.first(F.col(state), ignorenulls=True).alias("__value")
-    return _islands(frame, groups, pk, starts, rows, value)
+    return starts
 
 
-def _sessions(frame: Any, groups: list[str], pk: str, gap: int, *, distinct: bool) -> Any:
-    """SESSION's islands: maximal runs of rows each within ``gap`` of the one before, as
-    (first, last, distinct timestamps: a timestamp several child tables of the group share
-    counts once, as in the trigger). A session starts where the time since the row before
-    exceeds the gap. ``distinct``: whether the group's rows can share a timestamp (a distinct
-    count is an aggregation of its own in Spark: it doubled the derivation's time)."""
-    from pyspark.sql import functions as F
-
+def _session_starts(pk: str, gap: int) -> Callable[[str], str]:
+    """SESSION: a session starts where the time since the row before exceeds the gap."""
     ts = f"`{pk}`"
 
     def starts(over: str) -> str:
         return f"CASE WHEN coalesce({ts} - lag({ts}) {over}), {gap} + 1) > {gap} THEN 1 ELSE 0 END"
 
-    rows = F.countDistinct(F.col(ts)) if distinct else F.count(F.lit(1))
-    return _islands(frame, groups, pk, starts, rows.alias("__rows"))
+    return starts
+
+
+def _state_islands(frame: Any, groups: list[str], pk: str, column: str) -> Any:
+    """STATE_WINDOW's islands: maximal runs of rows whose state — a NULL taking the state
+    before it, as in the trigger — stays the same, as (first, last, rows, state); the rows
+    before a group's first state are one island with a NULL state (the trigger skips them,
+    but they move its event time)."""
+    from pyspark.sql import functions as F
+
+    rows = F.count(F.lit(1)).alias("__rows")
+    value = F.first(F.col(f"`{column}`"), ignorenulls=True).alias("__value")
+    return _islands(frame, groups, pk, _state_starts(column), rows, value)
+
+
+def _sessions(frame: Any, groups: list[str], pk: str, gap: int, *, distinct: bool) -> Any:
+    """SESSION's islands: maximal runs of rows each within ``gap`` of the one before, as
+    (first, last, distinct timestamps: a timestamp several child tables of the group share
+    counts once, as in the trigger). ``distinct``: whether the group's rows can share a
+    timestamp (a distinct count is an aggregation of its own in Spark: it doubled the
+    derivation's time)."""
+    from pyspark.sql import functions as F
+
+    rows = F.countDistinct(F.col(f"`{pk}`")) if distinct else F.count(F.lit(1))
+    return _islands(frame, groups, pk, _session_starts(pk, gap), rows.alias("__rows"))
+
+
+def island_rows(frame: Any, groups: list[str], pk: str, trigger: StateTrigger | SessionTrigger) -> Any:
+    """The rows of groups of one table each (no two rows share a timestamp), each with the
+    number of its STATE_WINDOW or SESSION island (``__island``), as ``_state_islands`` and
+    ``_sessions`` number them: a history scan groups them by island with its query's
+    aggregates (``compute/history.py``)."""
+    if isinstance(trigger, StateTrigger):
+        return _numbered(frame, groups, pk, _state_starts(trigger.column))
+    return _numbered(frame, groups, pk, _session_starts(pk, trigger.gap))
+
+
+def island_windows(
+    warehouse: Warehouse, stream: StreamDefinition, trigger: StateTrigger | SessionTrigger, islands: pa.Table
+) -> Derived:
+    """Every group's windows and final state from its islands (the stream's group columns,
+    ``__first``, ``__last``, ``__rows``, and STATE's ``__value``), replayed here."""
+    names = list(stream.group_columns) or [_ALL]
+    if not stream.group_columns:
+        islands = islands.append_column(_ALL, pa.array([0] * islands.num_rows, pa.int64()))
+    return _derived_here(warehouse, stream, islands, names, _group_islands(trigger))
 
 
 def _group_islands(trigger: StateTrigger | SessionTrigger) -> GroupReplay:

@@ -1,20 +1,22 @@
-"""A FILL_HISTORY run of fixed INTERVAL windows in one scan of the trigger table.
+"""A FILL_HISTORY run in one scan of the trigger table: fixed INTERVAL, STATE_WINDOW, SESSION.
 
 Owns the history run's fused plan. Deriving the windows (``bulk.derive_windows``) and
-computing the query over them each scan the whole table: Spark groups it by group and window
-for the runs the state machine replays, then again for the query's aggregates. When the query
-is computed aggregate-first on its group and window (``sql/translate/batch``) and each row
-lies in exactly one window, both are one grouping: one Spark job computes each (group,
-window)'s aggregates with its rows' run (first row, last row, rows), kept in Spark's cache;
-the runs come here and the state machine derives the closed windows and each group's state
-from them (``bulk.interval_windows``, as the two-scan path does); the query then joins those
-triggers to the cached aggregates (``run.compute_triggers`` with the prepared query). Where
-the plan does not apply, ``history_scan`` gives None and the run derives, then queries.
+computing the query over them each read the whole table: Spark groups it into runs (INTERVAL:
+per group and window) or islands (STATE_WINDOW, SESSION: runs of rows in one state or within
+the gap) for the state machine to replay, then the query's plan reads it again. When the query
+is computed aggregate-first on its group and window (``sql/translate/batch``) and each window
+is one such run or island, both are one grouping: one Spark job computes each run's or
+island's aggregates with its first row, last row and rows, kept in Spark's cache; those come
+here and the state machine derives the windows and each group's state from them, as the
+two-scan path does (``bulk.interval_windows``, ``bulk.island_windows``); the query then joins
+those triggers to the cached aggregates (``run.compute_triggers`` with the prepared query).
+Where the plan does not apply, ``history_scan`` gives None and the run derives, then queries.
 Reads only; the run writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,19 +25,23 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..sql.intervals import IntervalSpec
-from ..sql.translate import KeyAggregates, TranslationContext, translate_select
+from ..sql.timeunits import resolve_timezone
+from ..sql.translate import KeyAggregates, SourceTable, TranslationContext, row_condition, translate_select
 from ..storage import written
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, table_frame
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import WindowTrigger
+from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import stream_admission, stream_trigger
+from ..triggers.rows import SessionTrigger, StateTrigger
 from . import bulk
-from .bulk import Derived, interval_windows
+from .bulk import Derived, interval_windows, island_rows, island_windows
 from .run import PreparedQuery, reads_tags, stream_scope, uses
 from .udf import function_lookup
 
 PLAN = "one scan"  # the run's metadata names the plan that computed the history
+_ISLAND = "__island"  # a row's island number (``bulk.island_rows``), the window label of islands
+_VALUE = "__value"  # a STATE_WINDOW island's state
 
 
 @dataclass(frozen=True)
@@ -45,32 +51,41 @@ class HistoryScan:
 
 
 def _fusable(stream: StreamDefinition, stored: int | None) -> bool:
-    """Whether one grouping serves the windows and the query: fixed INTERVAL windows a row
-    belongs to one of, the trigger's rows all rows of the table (no FILL_HISTORY start, no
-    legacy rows of its own, no PARTITION BY expression), a query that counts no rows of its
-    own (``_twrownum`` is the trigger's count); a table small enough to derive in this process
+    """Whether one grouping serves the windows and the query: the trigger's rows are all rows
+    of the table (no FILL_HISTORY start, no legacy rows of its own, no PARTITION BY
+    expression), the query counts no rows of its own (``_twrownum`` is the trigger's count),
+    and a window is one run or island — fixed INTERVAL windows a row belongs to one of, or
+    STATE_WINDOW over a column and SESSION over groups of one table each (no two rows share
+    a timestamp, so a window's rows are its island's), closing only (an open window has no
+    end to bound its rows); a table small enough to derive in this process
     (``bulk.LOCAL_ROWS``) is left to that."""
     trigger, table, query = stream_trigger(stream), stream.trigger_table, stream.stmt.query
     if query is None or table is None or stored is None or stored <= bulk.LOCAL_ROWS:
         return False
-    if not isinstance(trigger, WindowTrigger) or not isinstance(trigger.spec, IntervalSpec):
+    if stream.group_exprs or written.kept_for(stream, table) or uses(query, "_twrownum"):
         return False
-    if trigger.spec.sliding != trigger.spec.interval or stream.group_exprs or written.kept_for(stream, table):
+    if stream_admission(stream).history_start is not None:
         return False
-    return stream_admission(stream).history_start is None and not uses(query, "_twrownum")
+    if isinstance(trigger, WindowTrigger):
+        return isinstance(trigger.spec, IntervalSpec) and trigger.spec.sliding == trigger.spec.interval
+    if isinstance(trigger, StateTrigger | SessionTrigger) and trigger.events == (WINDOW_CLOSE,):
+        one_table = table.kind != "super" or "tbname" in stream.group_columns
+        return one_table and not (isinstance(trigger, StateTrigger) and trigger.expr is not None)
+    return False
 
 
-def _runs_keys(stream: StreamDefinition, plans: tuple[KeyAggregates, ...]) -> dict[str, str] | None:
-    """The plan's key columns holding the stream's group values (``__k<i>`` → group column),
-    when the query's one data side is grouped by exactly the group and the window over the
-    trigger's rows; None otherwise."""
+def _keys(stream: StreamDefinition, plans: tuple[KeyAggregates, ...]) -> tuple[dict[str, str], str] | None:
+    """The plan's key columns holding the stream's group values (``__k<i>`` → group column)
+    and the one holding the window label, when the query's one data side is grouped by
+    exactly the group and the window over the trigger's rows; None otherwise."""
     if len(plans) != 1 or plans[0].narrowed:
         return None
     groups = {f"__g{i}": name for i, name in enumerate(stream.group_columns, start=1)}
     keys = plans[0].keys
     if sorted(keys) != sorted([*groups, "_twstart"]):
         return None
-    return {f"__k{i}": groups[key] for i, key in enumerate(keys) if key != "_twstart"}
+    label = f"__k{keys.index('_twstart')}"
+    return {f"__k{i}": groups[key] for i, key in enumerate(keys) if key != "_twstart"}, label
 
 
 @contextmanager
@@ -90,30 +105,65 @@ def history_scan(
         yield None
         return
     assert table is not None and query is not None
+    trigger = stream_trigger(stream)
     views = SparkViews(spark, warehouse, stream.db)
     cached = None
     try:
         rows = table_frame(spark, warehouse, table, version, tags=reads_tags(stream))
+        scope_changes: dict[str, Any] = {}
+        if isinstance(trigger, StateTrigger | SessionTrigger):
+            # each row labelled with its island: the query groups by island as by window
+            rows = island_rows(
+                _admitted(stream, rows), [*stream.group_columns] or ["tbname"], table.primary_key, trigger
+            )
+            scope_changes["window_label"] = lambda _: _ISLAND
+            if isinstance(trigger, StateTrigger):
+                scope_changes["aggregates_measures"] = (f"first(d.`{trigger.column}`, true) AS {_VALUE}",)
         trows_view = views.register(rows, "history")
         trigger_source = views.table(table)
         triggers_view, aggregates_view = views.fresh_view(), views.fresh_view()
         scope = stream_scope(stream, triggers_view, trigger_source, trows_view, aggregates_view)
         ctx = TranslationContext(
-            views.resolve, timezone, clock(), stream=scope, functions=function_lookup(warehouse, spark)
+            views.resolve,
+            timezone,
+            clock(),
+            stream=dataclasses.replace(scope, **scope_changes),
+            functions=function_lookup(warehouse, spark),
         )
         translated = translate_select(query, ctx)
-        keys = _runs_keys(stream, translated.key_aggregates)
+        keys = _keys(stream, translated.key_aggregates)
         if keys is None:
             yield None
             return
+        group_keys, label = keys
         # computed once, by the runs' read below; the query's join reads the cache
         cached = views.sql(translated.key_aggregates[0].sql).cache()
-        views.register_as(cached, aggregates_view)
-        columns = [*(f"`{key}` AS `{name}`" for key, name in keys.items()), "__first", "__last", "__rows"]
-        runs = cached.selectExpr(*columns).toArrow()
-        prepared = PreparedQuery(views, trigger_source, trows_view, translated, triggers_view)
-        yield HistoryScan(interval_windows(warehouse, stream, runs), prepared)
+        runs = [*(f"`{key}` AS `{name}`" for key, name in group_keys.items()), "__first", "__last", "__rows"]
+        if isinstance(trigger, WindowTrigger):
+            views.register_as(cached, aggregates_view)
+            derived = interval_windows(warehouse, stream, cached.selectExpr(*runs).toArrow())
+        else:
+            # an island's trigger starts at its first row: the join meets it there
+            columns = [f"__first AS {label}" if c == label else f"`{c}`" for c in cached.columns]
+            views.register_as(cached.selectExpr(*columns), aggregates_view)
+            value = [_VALUE] if isinstance(trigger, StateTrigger) else []
+            derived = island_windows(warehouse, stream, trigger, cached.selectExpr(*runs, *value).toArrow())
+        yield HistoryScan(derived, PreparedQuery(views, trigger_source, trows_view, translated, triggers_view))
     finally:
         if cached is not None:
             cached.unpersist()
         views.close()
+
+
+def _admitted(stream: StreamDefinition, rows: Any) -> Any:
+    """The rows PRE_FILTER admits, filtered as the derivation filters them (the islands are
+    of the trigger's rows; the query's plan filters the same way again)."""
+    pre_filter = stream_admission(stream).pre_filter
+    table = stream.trigger_table
+    if pre_filter is None or table is None:
+        return rows
+    from pyspark.sql import functions as F
+
+    source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
+    ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
+    return rows.alias("d").where(F.expr(row_condition(source, pre_filter, ctx)))

@@ -131,6 +131,7 @@ def aggregated_before_join(
         if stream.aggregates_view is not None and scope.pk is not None:
             # computed before the triggers, which a history run derives from the runs
             computed += f", min({scope.pk}) AS __first, max({scope.pk}) AS __last, count(1) AS __rows"
+            computed += "".join(f", {measure}" for measure in stream.aggregates_measures)
         inner = f"SELECT {key_select}{computed} FROM {data_relation(scope)}"
         inner += f" WHERE {' AND '.join(filters)}" if filters else ""
         inner += (" GROUP BY " + ", ".join(data for data, _, _ in keys)) if keys else ""

@@ -125,6 +125,9 @@ class StreamScope:
     # its runs): the aggregate-first plan on equalities reads its data side from there
     # (``KeyAggregates``) instead of computing it in the query
     aggregates_view: str | None = None
+    # more aggregates over the rows (``d``) that view's query computes per key, as
+    # ``expr AS name`` (a STATE_WINDOW island's state)
+    aggregates_measures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
