@@ -54,7 +54,7 @@ from ..triggers.engine import (
     WindowTrigger,
 )
 from ..triggers.period import PeriodTrigger
-from ..triggers.plan import computed_events, stream_trigger
+from ..triggers.plan import Trigger, computed_events, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
 from .bulk import derive_windows, group_column_sql
@@ -136,7 +136,7 @@ def compute_triggers(
             translated = prepared.translated
         else:
             triggers_view, trigger_source, trows_view, translated = _translated(
-                views, stream, computable, query, timezone, replace_range, clock, shared
+                views, stream, trigger, computable, query, timezone, replace_range, clock, shared
             )
         result = _by_trigger(run_query(views, translated)) if computable else pa.table({})
         empty = _emptied_windows(
@@ -151,7 +151,7 @@ def compute_triggers(
         if prepared is None:
             views.close()
     return _written(
-        warehouse, stream, triggers, computable, translated, result, empty, source_types, around,
+        warehouse, stream, trigger, triggers, computable, translated, result, empty, source_types, around,
         replace_range=replace_range, clock=clock,
     )  # fmt: skip
 
@@ -159,6 +159,7 @@ def compute_triggers(
 def _translated(
     views: SparkViews,
     stream: StreamDefinition,
+    trigger: Trigger,
     computable: Sequence[dict[str, Any]],
     query: ast.Select,
     timezone: ZoneInfo,
@@ -170,7 +171,6 @@ def _translated(
     the batch's windows span), and the query translated over them."""
     triggers_view = views.register_rows(_triggers_rows(stream, computable, clock), "triggers")
     trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
-    trigger = stream_trigger(stream)
     label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
     spark, warehouse = views.spark, views.warehouse
     if isinstance(trigger, PeriodTrigger) and trigger_source is not None:
@@ -203,6 +203,7 @@ def _translated(
 def _written(
     warehouse: Warehouse,
     stream: StreamDefinition,
+    trigger: Trigger,
     triggers: Sequence[dict[str, Any]],
     computable: Sequence[dict[str, Any]],
     translated: TranslatedQuery,
@@ -215,7 +216,6 @@ def _written(
     clock: Callable[[], int],
 ) -> RunOutcome:
     """The batch's results, filled, retracted and written (or only kept for the notifications)."""
-    trigger = stream_trigger(stream)
     if empty:  # no rows are left in these windows: they are retracted below, not written
         result = _without(result, empty)
     if stream.stmt.option(ast.LEGACY_FILL) is not None and computable:
