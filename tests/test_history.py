@@ -629,6 +629,20 @@ def test_a_legacy_streams_history_is_the_same_in_one_scan(
     _history_both_ways(session, harness, monkeypatch, create, None, columns)
 
 
+def test_a_history_with_more_islands_than_this_process_takes_derives_them_in_the_executors(
+    session: Session, harness: StreamHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Islands beyond ``bulk.DRIVER_ISLANDS`` (a state changing on nearly every row) are not
+    brought to the run's process by the one scan: the run derives them as the two-step path
+    does, in the executors, and writes the same rows."""
+    monkeypatch.setattr(bulk_module, "DRIVER_ISLANDS", 3)
+    create = (
+        "create stream h state_window(v) from st partition by tbname stream_options(fill_history) into out "
+        "as select _twstart, _twend, count(*) n, sum(v) s from %%trows"
+    )
+    _history_both_ways(session, harness, monkeypatch, create, one_scan=False)
+
+
 def _history_both_ways(
     session: Session,
     harness: StreamHarness,

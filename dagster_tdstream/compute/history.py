@@ -147,7 +147,13 @@ def history_scan(
             columns = [f"__first AS {label}" if c == label else f"`{c}`" for c in cached.columns]
             views.register_as(cached.selectExpr(*columns), aggregates_view)
             value = [_VALUE] if isinstance(trigger, StateTrigger) else []
-            derived = island_windows(warehouse, stream, trigger, cached.selectExpr(*runs, *value).toArrow())
+            islands = cached.selectExpr(*runs, *value).limit(bulk.DRIVER_ISLANDS + 1).toArrow()
+            if islands.num_rows > bulk.DRIVER_ISLANDS:
+                # a state changing on nearly every row: the derivation replays its islands in
+                # the executors instead of bringing them here
+                yield None
+                return
+            derived = island_windows(warehouse, stream, trigger, islands)
         yield HistoryScan(derived, PreparedQuery(views, trigger_source, trows_view, translated, triggers_view))
     finally:
         if cached is not None:
