@@ -25,17 +25,16 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..sql.intervals import IntervalSpec
-from ..sql.timeunits import resolve_timezone
-from ..sql.translate import KeyAggregates, SourceTable, TranslationContext, row_condition, translate_select
+from ..sql.translate import KeyAggregates, TranslationContext, translate_select
 from ..storage import written
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, table_frame
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
-from ..triggers.plan import stream_admission, stream_trigger
+from ..triggers.plan import Trigger, stream_admission, stream_trigger
 from ..triggers.rows import SessionTrigger, StateTrigger
 from . import bulk
-from .bulk import Derived, interval_windows, island_rows, island_windows
+from .bulk import Derived, interval_windows, island_rows, island_windows, pre_filtered
 from .run import PreparedQuery, reads_tags, stream_scope, uses
 from .udf import function_lookup
 
@@ -50,7 +49,7 @@ class HistoryScan:
     prepared: PreparedQuery  # the query over them, its data side computed
 
 
-def _fusable(stream: StreamDefinition, stored: int | None) -> bool:
+def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> bool:
     """Whether one grouping serves the windows and the query: the trigger's rows are all rows
     of the table (no FILL_HISTORY start, no legacy rows of its own, no PARTITION BY
     expression), the query counts no rows of its own (``_twrownum`` is the trigger's count),
@@ -59,7 +58,7 @@ def _fusable(stream: StreamDefinition, stored: int | None) -> bool:
     a timestamp, so a window's rows are its island's), closing only (an open window has no
     end to bound its rows); a table small enough to derive in this process
     (``bulk.LOCAL_ROWS``) is left to that."""
-    trigger, table, query = stream_trigger(stream), stream.trigger_table, stream.stmt.query
+    table, query = stream.trigger_table, stream.stmt.query
     if query is None or table is None or stored is None or stored <= bulk.LOCAL_ROWS:
         return False
     if stream.group_exprs or written.kept_for(stream, table) or uses(query, "_twrownum"):
@@ -100,12 +99,11 @@ def history_scan(
 ) -> Iterator[HistoryScan | None]:
     """The history as of WAL offset ``version`` in one scan (see the module), or None where
     the plan does not apply. The cached aggregates and the views stay until the block ends."""
-    table, query = stream.trigger_table, stream.stmt.query
-    if not _fusable(stream, warehouse.stored_rows(table, version) if table else None):
+    table, query, trigger = stream.trigger_table, stream.stmt.query, stream_trigger(stream)
+    if not _fusable(stream, trigger, warehouse.stored_rows(table, version) if table else None):
         yield None
         return
     assert table is not None and query is not None
-    trigger = stream_trigger(stream)
     views = SparkViews(spark, warehouse, stream.db)
     cached = None
     try:
@@ -114,7 +112,7 @@ def history_scan(
         if isinstance(trigger, StateTrigger | SessionTrigger):
             # each row labelled with its island: the query groups by island as by window
             rows = island_rows(
-                _admitted(stream, rows), [*stream.group_columns] or ["tbname"], table.primary_key, trigger
+                pre_filtered(stream, rows), [*stream.group_columns] or ["tbname"], table.primary_key, trigger
             )
             scope_changes["window_label"] = lambda _: _ISLAND
             if isinstance(trigger, StateTrigger):
@@ -159,17 +157,3 @@ def history_scan(
         if cached is not None:
             cached.unpersist()
         views.close()
-
-
-def _admitted(stream: StreamDefinition, rows: Any) -> Any:
-    """The rows PRE_FILTER admits, filtered as the derivation filters them (the islands are
-    of the trigger's rows; the query's plan filters the same way again)."""
-    pre_filter = stream_admission(stream).pre_filter
-    table = stream.trigger_table
-    if pre_filter is None or table is None:
-        return rows
-    from pyspark.sql import functions as F
-
-    source = SourceTable(f"{table.db}.{table.name}", "d", table.kind, table.columns, table.tags, stream.precision)
-    ctx = TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
-    return rows.alias("d").where(F.expr(row_condition(source, pre_filter, ctx)))
