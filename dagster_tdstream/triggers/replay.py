@@ -91,17 +91,11 @@ def interval_history(
     if not ordered:
         return [], state
     counts: dict[int, int] = {}
-    if spec.sliding == spec.interval:  # a row's one window starts at its floor (no range per run)
-        offset, sliding = spec.offset, spec.sliding
-        for first, _, rows in ordered:
-            if rows:
-                start = first - (first - offset) % sliding
+    one_window = spec.sliding == spec.interval  # a row's one window starts at its floor: no range per run
+    for first, _, rows in ordered:
+        if rows:
+            for start in (spec.floor(first),) if one_window else spec.starts(first):
                 counts[start] = counts.get(start, 0) + rows
-    else:
-        for first, _, rows in ordered:
-            if rows:
-                for start in spec.starts(first):
-                    counts[start] = counts.get(start, 0) + rows
     state.next_close = spec.first_start(ordered[0][0])
     state.max_ts = max(last for _, last, _ in ordered)
     last = spec.last_closed(state.max_ts - trigger.watermark)

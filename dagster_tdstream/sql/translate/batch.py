@@ -128,15 +128,16 @@ def aggregated_before_join(
     computed = ", ".join(f"{sql} AS {name}" for sql, name in columns.items())
     if equalities:
         key_select = "".join(f"{data} AS __k{i}, " for i, (data, _, _) in enumerate(keys))
-        if stream.aggregates_view is not None and scope.pk is not None:
-            # computed before the triggers, which a history run derives from the runs
+        # computed before the triggers, which a history run derives from the runs
+        ahead = stream.aggregates_view is not None and scope.pk is not None
+        if ahead:
             computed += f", min({scope.pk}) AS __first, max({scope.pk}) AS __last, count(1) AS __rows"
             computed += "".join(f", {measure}" for measure in stream.aggregates_measures)
         inner = f"SELECT {key_select}{computed} FROM {data_relation(scope)}"
         inner += f" WHERE {' AND '.join(filters)}" if filters else ""
         inner += (" GROUP BY " + ", ".join(data for data, _, _ in keys)) if keys else ""
         on = " AND ".join(f"{trigger} {op} d.__k{i}" for i, (_, op, trigger) in enumerate(keys)) or "TRUE"
-        if stream.aggregates_view is not None and scope.pk is not None:
+        if ahead:
             trigger_columns = tuple(trigger.removeprefix("__trig.") for _, _, trigger in keys)
             render.ctx.key_aggregates.append(KeyAggregates(inner, trigger_columns, where_sql is not None))
             inner = f"SELECT * FROM {quote_ident(stream.aggregates_view)}"
