@@ -620,7 +620,7 @@ def test_a_history_in_one_scan_writes_what_deriving_then_querying_writes(
          "`_wstart`, `_wend`, n, f"),
     ],
 )  # fmt: skip
-def test_a_legacy_streams_history_is_the_same_in_one_scan(
+def test_a_legacy_streams_history_is_the_same_past_the_in_process_size(
     session: Session, harness: StreamHarness, monkeypatch: pytest.MonkeyPatch, create: str, columns: str
 ) -> None:
     """The legacy 3.x syntax maps onto the same trigger options and takes whichever history
