@@ -587,6 +587,28 @@ _SHAPES = [  # (trigger and source, options, query), whether one scan computes i
     ("state_window(v) from st partition by tbname", "fill_history|event_type(window_open|window_close)",
      "select _twstart, count(*) n from %%trows", False),
     ("session(ts, 4s) from st partition by g", "fill_history", "select _twstart, count(*) n from %%trows", False),
+    # blocks: a COUNT window is a block of rows that neither overlaps nor skips one
+    ("count_window(5) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, sum(v) s, max(v) m from %%trows", True),
+    ("count_window(4) from t", "fill_history|pre_filter(v > 1)", "select _twstart, _twend, avg(v) a from %%trows",
+     True),
+    ("count_window(3, 3) from st partition by tbname", "fill_history|watermark(5s)",
+     "select _twstart, count(*) n, min(v) m from %%trows", True),
+    ("count_window(5, 2) from st partition by tbname", "fill_history", "select _twstart, count(*) n from %%trows",
+     False),
+    ("count_window(4, 4, v) from st partition by tbname", "fill_history", "select _twstart, count(*) n from %%trows",
+     False),
+    # EVENT windows: the rows from a start row to the end row closing it, or a run a start holds for
+    ("event_window(start with v >= 3 end with v = 0) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
+    ("event_window(start with (v > 3, v is null) end with (v < 2, v = 3)) from t", "fill_history|pre_filter(v != 4)",
+     "select _twstart, _twend, count(*) n, max(v) m from %%trows", True),
+    ("event_window(start with v >= 2) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", True),
+    ("event_window(start with (v > 3, v = 1)) true_for(2s) from t", "fill_history|watermark(5s)",
+     "select _twstart, _twend, count(*) n, min(v) m from %%trows", True),
+    ("event_window(start with v >= 3 end with v = 0) from st partition by tbname",
+     "fill_history|event_type(window_open|window_close)", "select _twstart, count(*) n from %%trows", False),
 ]  # fmt: skip
 
 

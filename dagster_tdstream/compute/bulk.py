@@ -35,7 +35,7 @@ from ..sql.timeunits import resolve_timezone
 from ..sql.translate import SourceTable, TranslationContext, row_condition, row_expression
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
-from ..storage.spark_read import spark_type, table_frame
+from ..storage.spark_read import SparkViews, spark_type, table_frame
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WINDOW_OPEN, Fired, GroupState, WindowTrigger
@@ -173,9 +173,7 @@ def interval_windows(warehouse: Warehouse, stream: StreamDefinition, runs: pa.Ta
 def _grouped(stream: StreamDefinition, data: pa.Table) -> tuple[pa.Table, list[str]]:
     """``data`` with the columns its groups are told apart by: the group columns, or for a
     stream without PARTITION BY one column of its own (the single group)."""
-    if stream.group_columns:
-        return data, list(stream.group_columns)
-    return data.append_column(_ALL, pa.array([0] * data.num_rows, pa.int64())), [_ALL]
+    return _grouped_by(data, list(stream.group_columns))
 
 
 def _interval_derived(
@@ -391,8 +389,8 @@ def derive_windows(
         return _derived_here(warehouse, stream, rows, names, _group_counts(trigger))
     if isinstance(trigger, EventTrigger):
         # EVENT_WINDOW: the rows that open and close windows, found in one ordered pass
-        conditions = [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
-        edges = _event_edges(frame.alias("d"), names, table.primary_key, trigger, conditions).toArrow()
+        edges = _event_edges(frame.alias("d"), names, table.primary_key, trigger, _conditions(stream, trigger))
+        edges = edges.toArrow()
         return _derived_here(warehouse, stream, edges, names, _group_events(trigger))
     # SLIDING time points: each group replayed row by row in the executors
     replay_rows = _group_windows(trigger, admission, table.primary_key)  # type: ignore[arg-type]
@@ -420,6 +418,21 @@ def pre_filtered(stream: StreamDefinition, frame: Any) -> Any:
     return frame.alias("d").where(F.expr(row_condition(source, pre_filter, ctx)))
 
 
+def _conditions(stream: StreamDefinition, trigger: EventTrigger) -> list[list[str]]:
+    """EVENT_WINDOW's start and end conditions over the trigger table's rows aliased ``d``."""
+    source, ctx = _row_scope(stream)
+    return [[row_condition(source, c, ctx) for c in side] for side in (trigger.starts, trigger.ends)]
+
+
+def _first_holding(side: list[str]) -> Any:
+    """The index of the first of the conditions ``side`` that is true for a row, NULL for none."""
+    from pyspark.sql import functions as F
+
+    if not side:
+        return F.lit(None).cast("int")
+    return F.expr("CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(side)) + " END")
+
+
 def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, conditions: list[list[str]]) -> Any:
     """EVENT_WINDOW in one ordered pass. With END WITH a window opens at a row meeting a start
     condition and closes at the first row from there meeting an end condition, so a row opens
@@ -431,15 +444,10 @@ def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, 
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    def first_holding(side: list[str]) -> Any:  # the index of the first condition that is true
-        if not side:
-            return F.lit(None).cast("int")
-        return F.expr("CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(side)) + " END")
-
     ts = F.col(f"`{pk}`")
     keys = [F.col(f"`{g}`") for g in groups]
     rows = frame.select(
-        *keys, ts.alias("__ts"), first_holding(conditions[0]).alias("__s"), first_holding(conditions[1]).alias("__e"),
+        *keys, ts.alias("__ts"), _first_holding(conditions[0]).alias("__s"), _first_holding(conditions[1]).alias("__e"),
         *(F.col(f"`{c}`") for c in trigger.condition_columns),
     )  # fmt: skip
     order = Window.partitionBy(*keys).orderBy("__ts")
@@ -467,6 +475,70 @@ def _event_edges(frame: Any, groups: list[str], pk: str, trigger: EventTrigger, 
         F.lag("__ts").over(order).alias("__previous"),
     )
     return rows.where(F.col("__opens") | F.col("__closes") | (F.col("__ts") == F.col("__newest")))
+
+
+def event_rows(stream: StreamDefinition, frame: Any, groups: list[str], pk: str, trigger: EventTrigger) -> Any:
+    """The rows of groups of one table each, each with the number of the EVENT_WINDOW it is a
+    member of (``__island``, NULL outside any) and the index of the first start (``__s``) and
+    end (``__e``) condition it meets, in one sort as ``_event_edges``. With END WITH, the end
+    rows cut a group into segments, each ending at its end row; a segment's window opens at
+    its first start row (closed before it: the end row before closed any window) and lasts to
+    the segment's end, so a row is a member when a start row came since the last end row
+    before it, and its window is numbered by the end rows before it. Without, a window is a
+    run of rows a start condition holds for, numbered by the runs begun up to it. A history
+    scan groups them by window with its query's aggregates (``compute/history.py``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    starts, ends = _conditions(stream, trigger)
+    ts = F.col(f"`{pk}`")
+    order = Window.partitionBy(*[F.col(f"`{g}`") for g in groups]).orderBy(ts)
+    upto, before = order.rowsBetween(Window.unboundedPreceding, 0), order.rowsBetween(Window.unboundedPreceding, -1)
+    rows = frame.alias("d").select("*", _first_holding(starts).alias("__s"), _first_holding(ends).alias("__e"))
+    holds, ending = F.col("__s").isNotNull(), F.col("__e").isNotNull()
+    if trigger.ends:
+        started = F.last(F.when(holds, ts), ignorenulls=True).over(upto)
+        ended = F.last(F.when(ending, ts), ignorenulls=True).over(before)
+        member = started.isNotNull() & (ended.isNull() | (started > ended))
+        return rows.withColumn("__island", F.when(member, F.count(F.when(ending, 1)).over(before)))
+    rows = rows.withColumn("__opens", F.when(holds & F.lag("__s").over(order).isNull(), 1).otherwise(0))
+    return rows.withColumn("__island", F.when(holds, F.sum("__opens").over(upto)))
+
+
+def event_measures(trigger: EventTrigger, pk: str) -> dict[str, str]:
+    """What an EVENT window's replay needs beside its first row, last row and rows, as
+    aggregates over its members (``event_rows``, aliased ``d``): the start condition its
+    first row met, the end condition its last row met and the condition columns' values
+    there (the closing row's, which its trigger names)."""
+    ts = f"d.`{pk}`"
+    closing = {f"__close_{i}": f"max_by(d.`{name}`, {ts})" for i, name in enumerate(trigger.condition_columns)}
+    return {"__open_index": f"min_by(d.__s, {ts})", "__close_index": f"max_by(d.__e, {ts})", **closing}
+
+
+def _group_event_windows(trigger: EventTrigger) -> GroupReplay:
+    """EVENT_WINDOW by window (``event_rows``, ``event_measures``): one group's windows in
+    — and its rows outside any (``__outside``), which move its event time — its triggers and
+    the state ``_group_events`` leaves out. A window with END WITH closed when its last row
+    met an end condition; without, when a row followed it (one no start condition holds for)."""
+    names = trigger.condition_columns
+
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
+        state, fired = RowState(max_ts=pc.max(data.column("__last")).as_py()), []
+        data = data.filter(pc.invert(data.column("__outside"))).sort_by("__first")
+        read = ("__first", "__last", "__rows", "__open_index", "__close_index")
+        windows = zip(*(data.column(c).to_pylist() for c in read), strict=True)
+        values = [data.column(f"__close_{i}").to_pylist() for i in range(len(names))]
+        for i, (first, last, rows, opened, closed) in enumerate(windows):
+            trigger.open(state, RowChange(first, "insert", {}), opened, fired, {})
+            state.last, state.count = last, rows
+            if trigger.ends and closed is not None:
+                fields = {name: column[i] for name, column in zip(names, values, strict=True)}
+                trigger.close(state, fired, {"conditionIndex": closed, "fieldValue": fields})
+            elif not trigger.ends and last < state.max_ts:
+                trigger.close(state, fired, {"conditionIndex": state.key})
+        return _windows(fired), state
+
+    return replay_group
 
 
 def _group_events(trigger: EventTrigger) -> GroupReplay:
@@ -638,13 +710,81 @@ def island_rows(frame: Any, groups: list[str], pk: str, trigger: StateTrigger | 
     return _numbered(frame, groups, pk, _session_starts(pk, trigger.gap))
 
 
+def count_rows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger) -> Any:
+    """The rows of groups of one table each, each with the number of its COUNT_WINDOW block
+    (``__island``) — windows of ``size`` rows that neither overlap nor skip (SLIDING equal
+    to the size, every row counted): row k of a group lies in block k DIV size. A history
+    scan groups them by block with its query's aggregates (``compute/history.py``)."""
+    over = f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`)"
+    from pyspark.sql import functions as F
+
+    return frame.withColumn("__island", F.expr(f"(row_number() {over} - 1) DIV {trigger.size}"))
+
+
+def count_tails(views: SparkViews, frame: Any, group_columns: list[str], pk: str, blocks: pa.Table) -> pa.Table:
+    """Each group's rows (``frame``, the rows ``count_rows`` numbered) from its last block but
+    one on, as (``group_columns``…, ``__ts``): they hold the last ``size`` rows the state
+    keeps, found by a scan of the timestamps alone (a list of them aggregated per block made
+    the blocks' aggregation sort-based: 2 s more of 10 M rows). ``blocks``: the groups'
+    blocks (``group_columns``, ``__first``)."""
+    from pyspark.sql import functions as F
+
+    if blocks.num_rows == 0:
+        return pa.table({**{c: blocks.column(c) for c in group_columns}, "__ts": pa.array([], pa.int64())})
+    blocks, heads, sizes = _group_spans(*_grouped_by(blocks, group_columns), "__first")
+    froms = blocks.take(pa.array(heads + np.maximum(sizes - 2, 0))).select([*group_columns, "__first"])
+    ts = F.col(f"`{pk}`")
+    if group_columns:
+        frame = frame.join(F.broadcast(views.rows_frame(froms, "tails")), on=group_columns)
+        later = ts >= F.col("__first")
+    else:  # a stream without PARTITION BY: one group
+        later = ts >= froms.column("__first")[0].as_py()
+    return frame.where(later).select(*[F.col(f"`{c}`") for c in group_columns], ts.alias("__ts")).toArrow()
+
+
+def _grouped_by(data: pa.Table, group_columns: list[str]) -> tuple[pa.Table, list[str]]:
+    """``data`` and the columns its groups are told apart by (``_grouped``'s, by name)."""
+    if group_columns:
+        return data, group_columns
+    return data.append_column(_ALL, pa.array([0] * data.num_rows, pa.int64())), [_ALL]
+
+
 def island_windows(
-    warehouse: Warehouse, stream: StreamDefinition, trigger: StateTrigger | SessionTrigger, islands: pa.Table
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    trigger: StateTrigger | SessionTrigger | CountTrigger | EventTrigger,
+    islands: pa.Table,
 ) -> Derived:
     """Every group's windows and final state from its islands (the stream's group columns,
-    ``__first``, ``__last``, ``__rows``, and STATE's ``__value``), replayed here."""
+    ``__first``, ``__last``, ``__rows``, and STATE's ``__value``), COUNT_WINDOW's blocks
+    (``count_rows``, with rows of their groups' tails: ``__ts``, the other columns NULL) or
+    EVENT_WINDOW's windows (``event_rows``, ``event_measures``), replayed here."""
     islands, names = _grouped(stream, islands)
-    return _derived_here(warehouse, stream, islands, names, _group_islands(trigger))
+    if isinstance(trigger, CountTrigger):  # with the tails of its groups (``count_tails``)
+        replay_group = _group_blocks(trigger)
+    elif isinstance(trigger, EventTrigger):
+        replay_group = _group_event_windows(trigger)
+    else:
+        replay_group = _group_islands(trigger)
+    return _derived_here(warehouse, stream, islands, names, replay_group)
+
+
+def _group_blocks(trigger: CountTrigger) -> GroupReplay:
+    """COUNT_WINDOW in blocks (``count_rows``): one group's blocks and tail (``count_tails``)
+    in, its windows — the full blocks, in order — and the state ``_group_counts`` leaves out."""
+
+    def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
+        tail = sorted(pc.drop_null(data.column("__ts")).to_pylist())
+        data = data.filter(pc.is_valid(data.column("__first"))).sort_by("__first")
+        first, last, rows = (data.column(c).to_pylist() for c in ("__first", "__last", "__rows"))
+        windows = [
+            (WINDOW_CLOSE, start, end, n, "{}")
+            for start, end, n in zip(first, last, rows, strict=True)
+            if n == trigger.size
+        ]
+        return windows, RowState(max_ts=max(last), counted=sum(rows), recent=tail[-trigger.size :])
+
+    return replay_group
 
 
 def _group_islands(trigger: StateTrigger | SessionTrigger) -> GroupReplay:

@@ -1,12 +1,13 @@
-"""A FILL_HISTORY run in one scan of the trigger table: fixed INTERVAL, STATE_WINDOW, SESSION.
+"""A FILL_HISTORY run in one scan of the trigger table: fixed INTERVAL, STATE, SESSION, COUNT, EVENT.
 
 Owns the history run's fused plan. Deriving the windows (``bulk.derive_windows``) and
 computing the query over them each read the whole table: Spark groups it into runs (INTERVAL:
-per group and window) or islands (STATE_WINDOW, SESSION: runs of rows in one state or within
-the gap) for the state machine to replay, then the query's plan reads it again. When the query
-is computed aggregate-first on its group and window (``sql/translate/batch``) and each window
-is one such run or island, both are one grouping: one Spark job computes each run's or
-island's aggregates with its first row, last row and rows, kept in Spark's cache; those come
+per group and window), islands (STATE_WINDOW, SESSION: runs of rows in one state or within
+the gap), blocks (COUNT_WINDOW) or marks the rows opening and closing EVENT windows, for the
+state machine to replay, then the query's plan reads it again. When the query is computed
+aggregate-first on its group and window (``sql/translate/batch``) and each window is one run,
+island, block or labelled span of rows, both are one grouping: one Spark job computes each
+one's aggregates with its first row, last row and rows, kept in Spark's cache; those come
 here and the state machine derives the windows and each group's state from them, as the
 two-scan path does (``bulk.interval_windows``, ``bulk.island_windows``); the query then joins
 those triggers to the cached aggregates (``run.compute_triggers`` with the prepared query).
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pyarrow as pa
+
 from ..sql.intervals import IntervalSpec
 from ..sql.translate import KeyAggregates, TranslationContext, translate_select
 from ..storage import written
@@ -32,9 +35,20 @@ from ..storage.spark_read import SparkViews, table_frame
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import Trigger, stream_admission, stream_trigger
-from ..triggers.rows import SessionTrigger, StateTrigger
+from ..triggers.replay import columns_read
+from ..triggers.rows import CountTrigger, EventTrigger, SessionTrigger, StateTrigger
 from . import bulk
-from .bulk import Derived, interval_windows, island_rows, island_windows, pre_filtered
+from .bulk import (
+    Derived,
+    count_rows,
+    count_tails,
+    event_measures,
+    event_rows,
+    interval_windows,
+    island_rows,
+    island_windows,
+    pre_filtered,
+)
 from .run import PreparedQuery, reads_tags, stream_scope, uses
 from .udf import function_lookup
 
@@ -54,10 +68,11 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
     of the table (no FILL_HISTORY start, no legacy rows of its own, no PARTITION BY
     expression), the query counts no rows of its own (``_twrownum`` is the trigger's count),
     and a window is one run or island — fixed INTERVAL windows a row belongs to one of, or
-    STATE_WINDOW over a column and SESSION over groups of one table each (no two rows share
-    a timestamp, so a window's rows are its island's), closing only (an open window has no
-    end to bound its rows); a table small enough to derive in this process
-    (``bulk.LOCAL_ROWS``) is left to that."""
+    STATE_WINDOW over a column, SESSION, EVENT_WINDOW and COUNT_WINDOW without SLIDING or
+    counted columns, over groups of one table each (no two rows share a timestamp, so a
+    window's rows are its island's), closing only (an open window has no end to bound its
+    rows); a table small enough to derive in this process (``bulk.LOCAL_ROWS``) is left to
+    that."""
     table, query = stream.trigger_table, stream.stmt.query
     if query is None or table is None or stored is None or stored <= bulk.LOCAL_ROWS:
         return False
@@ -67,10 +82,28 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
         return False
     if isinstance(trigger, WindowTrigger):
         return isinstance(trigger.spec, IntervalSpec) and trigger.spec.sliding == trigger.spec.interval
-    if isinstance(trigger, StateTrigger | SessionTrigger) and trigger.events == (WINDOW_CLOSE,):
-        one_table = table.kind != "super" or "tbname" in stream.group_columns
-        return one_table and not (isinstance(trigger, StateTrigger) and trigger.expr is not None)
-    return False
+    if not isinstance(trigger, StateTrigger | SessionTrigger | CountTrigger | EventTrigger):
+        return False
+    if trigger.events != (WINDOW_CLOSE,):
+        return False
+    one_table = table.kind != "super" or "tbname" in stream.group_columns
+    if isinstance(trigger, CountTrigger):
+        return one_table and trigger.slide == trigger.size and not trigger.columns
+    return one_table and not (isinstance(trigger, StateTrigger) and trigger.expr is not None)
+
+
+def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str]]:
+    """The rows PRE_FILTER admits, each labelled with its island, block or window (``__island``),
+    and what the replay needs of each beside its first row, last row and rows, as aggregates
+    over its rows aliased ``d``, by name."""
+    groups, rows = [*stream.group_columns] or ["tbname"], pre_filtered(stream, rows)
+    if isinstance(trigger, CountTrigger):
+        return count_rows(rows, groups, pk, trigger), {}
+    if isinstance(trigger, EventTrigger):
+        return event_rows(stream, rows, groups, pk, trigger), event_measures(trigger, pk)
+    assert isinstance(trigger, StateTrigger | SessionTrigger)
+    measures = {_VALUE: f"first(d.`{trigger.column}`, true)"} if isinstance(trigger, StateTrigger) else {}
+    return island_rows(rows, groups, pk, trigger), measures
 
 
 def _keys(stream: StreamDefinition, plans: tuple[KeyAggregates, ...]) -> tuple[dict[str, str], str] | None:
@@ -107,16 +140,16 @@ def history_scan(
     views = SparkViews(spark, warehouse, stream.db)
     cached = None
     try:
-        rows = table_frame(spark, warehouse, table, version, tags=reads_tags(stream))
+        # the query's tags, and those the trigger's own conditions name
+        tags = reads_tags(stream) or any(t.name in columns_read(trigger, stream_admission(stream)) for t in table.tags)
+        rows = stored = table_frame(spark, warehouse, table, version, tags=tags)
         scope_changes: dict[str, Any] = {}
-        if isinstance(trigger, StateTrigger | SessionTrigger):
-            # each row labelled with its island: the query groups by island as by window
-            rows = island_rows(
-                pre_filtered(stream, rows), [*stream.group_columns] or ["tbname"], table.primary_key, trigger
-            )
+        measures: dict[str, str] = {}
+        if not isinstance(trigger, WindowTrigger):
+            # each row labelled with its window: the query groups by it as by window
+            rows, measures = _labelled(stream, trigger, rows, table.primary_key)
             scope_changes["window_label"] = lambda _: _ISLAND
-            if isinstance(trigger, StateTrigger):
-                scope_changes["aggregates_measures"] = (f"first(d.`{trigger.column}`, true) AS {_VALUE}",)
+            scope_changes["aggregates_measures"] = tuple(f"{sql} AS {name}" for name, sql in measures.items())
         trows_view = views.register(rows, "history")
         trigger_source = views.table(table)
         triggers_view, aggregates_view = views.fresh_view(), views.fresh_view()
@@ -141,16 +174,21 @@ def history_scan(
             views.register_as(cached, aggregates_view)
             derived = interval_windows(warehouse, stream, cached.selectExpr(*runs).toArrow())
         else:
-            # an island's trigger starts at its first row: the join meets it there
+            # an island's trigger starts at its first row: the join meets it there (rows
+            # outside any EVENT window have no label and meet no trigger)
             columns = [f"__first AS {label}" if c == label else f"`{c}`" for c in cached.columns]
-            views.register_as(cached.selectExpr(*columns), aggregates_view)
-            value = [_VALUE] if isinstance(trigger, StateTrigger) else []
-            islands = cached.selectExpr(*runs, *value).limit(bulk.DRIVER_ISLANDS + 1).toArrow()
+            views.register_as(cached.where(f"{label} IS NOT NULL").selectExpr(*columns), aggregates_view)
+            outside = f"{label} IS NULL AS __outside"
+            islands = cached.selectExpr(*runs, *measures, outside).limit(bulk.DRIVER_ISLANDS + 1).toArrow()
             if islands.num_rows > bulk.DRIVER_ISLANDS:
                 # a state changing on nearly every row: the derivation replays its islands in
                 # the executors instead of bringing them here
                 yield None
                 return
+            if isinstance(trigger, CountTrigger):  # and the last rows each group's state keeps
+                admitted, pk = pre_filtered(stream, stored), table.primary_key
+                tails = count_tails(views, admitted, [*stream.group_columns], pk, islands)
+                islands = pa.concat_tables([islands, tails], promote_options="default")
             derived = island_windows(warehouse, stream, trigger, islands)
         yield HistoryScan(derived, PreparedQuery(views, trigger_source, trows_view, translated, triggers_view))
     finally:
