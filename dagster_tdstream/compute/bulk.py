@@ -721,25 +721,31 @@ def count_rows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger) ->
     return frame.withColumn("__island", F.expr(f"(row_number() {over} - 1) DIV {trigger.size}"))
 
 
-def count_tails(views: SparkViews, frame: Any, group_columns: list[str], pk: str, blocks: pa.Table) -> pa.Table:
-    """Each group's rows (``frame``, the rows ``count_rows`` numbered) from its last block but
-    one on, as (``group_columns``…, ``__ts``): they hold the last ``size`` rows the state
-    keeps, found by a scan of the timestamps alone (a list of them aggregated per block made
-    the blocks' aggregation sort-based: 2 s more of 10 M rows). ``blocks``: the groups'
-    blocks (``group_columns``, ``__first``)."""
+def count_tails(
+    views: SparkViews, frame: Any, group_columns: list[str], pk: str, trigger: CountTrigger, blocks: pa.Table
+) -> pa.Table:
+    """Each group's last ``size`` rows' timestamps, which its state keeps, as
+    (``group_columns``…, ``__recent``): taken from its rows (``frame``, the rows ``count_rows``
+    numbered) from its last block but one on, by a scan of the timestamps alone — a list of
+    them aggregated per block made the blocks' aggregation sort-based, 2 s more at 10 M
+    rows. ``blocks``: the groups' blocks (``group_columns``, ``__first``)."""
     from pyspark.sql import functions as F
 
     if blocks.num_rows == 0:
-        return pa.table({**{c: blocks.column(c) for c in group_columns}, "__ts": pa.array([], pa.int64())})
+        none = pa.array([], pa.list_(pa.int64()))
+        return pa.table({**{c: blocks.column(c) for c in group_columns}, "__recent": none})
     blocks, heads, sizes = _group_spans(*_grouped_by(blocks, group_columns), "__first")
     froms = blocks.take(pa.array(heads + np.maximum(sizes - 2, 0))).select([*group_columns, "__first"])
     ts = F.col(f"`{pk}`")
+    # a comparison of numbers first: the join looks up only the rows that may be a tail's
+    frame = frame.where(ts >= pc.min(froms.column("__first")).as_py())
+    later = F.lit(True)
     if group_columns:
         frame = frame.join(F.broadcast(views.rows_frame(froms, "tails")), on=group_columns)
         later = ts >= F.col("__first")
-    else:  # a stream without PARTITION BY: one group
-        later = ts >= froms.column("__first")[0].as_py()
-    return frame.where(later).select(*[F.col(f"`{c}`") for c in group_columns], ts.alias("__ts")).toArrow()
+    # the list sorted and cut in Spark: a row per group comes back, not a row per timestamp
+    recent = F.slice(F.sort_array(F.collect_list(ts)), -trigger.size, trigger.size).alias("__recent")
+    return frame.where(later).groupBy(*[F.col(f"`{c}`") for c in group_columns]).agg(recent).toArrow()
 
 
 def _grouped_by(data: pa.Table, group_columns: list[str]) -> tuple[pa.Table, list[str]]:
@@ -757,7 +763,8 @@ def island_windows(
 ) -> Derived:
     """Every group's windows and final state from its islands (the stream's group columns,
     ``__first``, ``__last``, ``__rows``, and STATE's ``__value``), COUNT_WINDOW's blocks
-    (``count_rows``, with rows of their groups' tails: ``__ts``, the other columns NULL) or
+    (``count_rows``, with a row per group of its last rows: ``__recent``, the other columns
+    NULL) or
     EVENT_WINDOW's windows (``event_rows``, ``event_measures``), replayed here."""
     islands, names = _grouped(stream, islands)
     if isinstance(trigger, CountTrigger):  # with the tails of its groups (``count_tails``)
@@ -774,7 +781,7 @@ def _group_blocks(trigger: CountTrigger) -> GroupReplay:
     in, its windows — the full blocks, in order — and the state ``_group_counts`` leaves out."""
 
     def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
-        tail = sorted(pc.drop_null(data.column("__ts")).to_pylist())
+        recent = pc.drop_null(data.column("__recent")).to_pylist()
         data = data.filter(pc.is_valid(data.column("__first"))).sort_by("__first")
         first, last, rows = (data.column(c).to_pylist() for c in ("__first", "__last", "__rows"))
         windows = [
@@ -782,7 +789,7 @@ def _group_blocks(trigger: CountTrigger) -> GroupReplay:
             for start, end, n in zip(first, last, rows, strict=True)
             if n == trigger.size
         ]
-        return windows, RowState(max_ts=max(last), counted=sum(rows), recent=tail[-trigger.size :])
+        return windows, RowState(max_ts=max(last), counted=sum(rows), recent=recent[0])
 
     return replay_group
 

@@ -187,7 +187,7 @@ def history_scan(
                 return
             if isinstance(trigger, CountTrigger):  # and the last rows each group's state keeps
                 admitted, pk = pre_filtered(stream, stored), table.primary_key
-                tails = count_tails(views, admitted, [*stream.group_columns], pk, islands)
+                tails = count_tails(views, admitted, [*stream.group_columns], pk, trigger, islands)
                 islands = pa.concat_tables([islands, tails], promote_options="default")
             derived = island_windows(warehouse, stream, trigger, islands)
         yield HistoryScan(derived, PreparedQuery(views, trigger_source, trows_view, translated, triggers_view))
