@@ -579,6 +579,8 @@ _SHAPES = [  # (trigger and source, options, query), whether one scan computes i
      "select _twstart, _twend, count(*) n, sum(v) s, count(v) c from %%trows", True),
     ("state_window(v) true_for(3s) from t", "fill_history", "select _twstart, count(*) n, max(v) m from %%trows",
      True),
+    ("state_window(case when v >= 3 then 'high' when v is not null then 'low' end) from st partition by tbname",
+     "fill_history", "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
     ("session(ts, 4s) from st partition by tbname", "fill_history",
      "select _twstart, _twend, count(*) n, avg(v) a from %%trows", True),
     ("session(ts, 4s) from t", "fill_history|pre_filter(v > 1)",

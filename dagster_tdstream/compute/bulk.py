@@ -338,11 +338,8 @@ def derive_windows(
     if stream.group_exprs:  # a legacy PARTITION BY expression: computed as queries compute it
         sql = dict(zip(stream.group_columns, group_column_sql(stream, source, ctx), strict=True))
         frame = frame.alias("d").select("*", *[F.expr(sql[name]).alias(name) for name in stream.group_exprs])
-    if isinstance(trigger, StateTrigger) and trigger.expr is not None:
-        # STATE_WINDOW(expression): the state a column of its own, computed as queries compute it
-        state = row_expression(source, trigger.expr, ctx).sql
-        frame = frame.alias("d").select("*", F.expr(state).alias(_STATE_VALUE))
-        trigger = replace(trigger, column=_STATE_VALUE, expr=None)
+    if isinstance(trigger, StateTrigger):
+        frame, trigger = state_column(stream, frame, trigger)
     names = list(stream.group_columns) or [_ALL]
     if not stream.group_columns:
         frame = frame.withColumn(_ALL, F.lit(0))
@@ -396,6 +393,20 @@ def derive_windows(
     replay_rows = _group_windows(trigger, admission, table.primary_key)  # type: ignore[arg-type]
     udf = _as_udf(replay_rows, stream.group_columns)
     return _derived(warehouse, stream, frame.groupBy(*columns).applyInArrow(udf, _OUTPUT_SCHEMA).toArrow())
+
+
+def state_column(stream: StreamDefinition, frame: Any, trigger: StateTrigger) -> tuple[Any, StateTrigger]:
+    """The rows of ``frame`` and a STATE_WINDOW trigger over a column of them: for
+    STATE_WINDOW(expression), the state is computed as queries compute it into a column of
+    its own, which the trigger then reads."""
+    if trigger.expr is None:
+        return frame, trigger
+    from pyspark.sql import functions as F
+
+    source, ctx = _row_scope(stream)
+    state = row_expression(source, trigger.expr, ctx).sql
+    frame = frame.alias("d").select("*", F.expr(state).alias(_STATE_VALUE))
+    return frame, replace(trigger, column=_STATE_VALUE, expr=None)
 
 
 def _row_scope(stream: StreamDefinition) -> tuple[SourceTable, TranslationContext]:

@@ -48,6 +48,7 @@ from .bulk import (
     island_rows,
     island_windows,
     pre_filtered,
+    state_column,
 )
 from .run import PreparedQuery, reads_tags, stream_scope, uses
 from .udf import function_lookup
@@ -68,7 +69,7 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
     of the table (no FILL_HISTORY start, no legacy rows of its own, no PARTITION BY
     expression), the query counts no rows of its own (``_twrownum`` is the trigger's count),
     and a window is one run or island — fixed INTERVAL windows a row belongs to one of, or
-    STATE_WINDOW over a column, SESSION, EVENT_WINDOW and COUNT_WINDOW without SLIDING or
+    STATE_WINDOW, SESSION, EVENT_WINDOW and COUNT_WINDOW without SLIDING or
     counted columns, over groups of one table each (no two rows share a timestamp, so a
     window's rows are its island's), closing only (an open window has no end to bound its
     rows); a table small enough to derive in this process (``bulk.LOCAL_ROWS``) is left to
@@ -89,21 +90,25 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
     one_table = table.kind != "super" or "tbname" in stream.group_columns
     if isinstance(trigger, CountTrigger):
         return one_table and trigger.slide == trigger.size and not trigger.columns
-    return one_table and not (isinstance(trigger, StateTrigger) and trigger.expr is not None)
+    return one_table
 
 
-def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str]]:
+def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str], Trigger]:
     """The rows PRE_FILTER admits, each labelled with its island, block or window (``__island``),
-    and what the replay needs of each beside its first row, last row and rows, as aggregates
-    over its rows aliased ``d``, by name."""
+    what the replay needs of each beside its first row, last row and rows, as aggregates
+    over its rows aliased ``d``, by name, and the trigger that replays them (STATE_WINDOW's
+    over its state column: ``bulk.state_column``)."""
     groups, rows = [*stream.group_columns] or ["tbname"], pre_filtered(stream, rows)
     if isinstance(trigger, CountTrigger):
-        return count_rows(rows, groups, pk, trigger), {}
+        return count_rows(rows, groups, pk, trigger), {}, trigger
     if isinstance(trigger, EventTrigger):
-        return event_rows(stream, rows, groups, pk, trigger), event_measures(trigger, pk)
-    assert isinstance(trigger, StateTrigger | SessionTrigger)
-    measures = {_VALUE: f"first(d.`{trigger.column}`, true)"} if isinstance(trigger, StateTrigger) else {}
-    return island_rows(rows, groups, pk, trigger), measures
+        return event_rows(stream, rows, groups, pk, trigger), event_measures(trigger, pk), trigger
+    if isinstance(trigger, StateTrigger):
+        rows, trigger = state_column(stream, rows, trigger)
+        measures = {_VALUE: f"first(d.`{trigger.column}`, true)"}
+        return island_rows(rows, groups, pk, trigger), measures, trigger
+    assert isinstance(trigger, SessionTrigger)
+    return island_rows(rows, groups, pk, trigger), {}, trigger
 
 
 def _keys(stream: StreamDefinition, plans: tuple[KeyAggregates, ...]) -> tuple[dict[str, str], str] | None:
@@ -147,7 +152,7 @@ def history_scan(
         measures: dict[str, str] = {}
         if not isinstance(trigger, WindowTrigger):
             # each row labelled with its window: the query groups by it as by window
-            rows, measures = _labelled(stream, trigger, rows, table.primary_key)
+            rows, measures, trigger = _labelled(stream, trigger, rows, table.primary_key)
             scope_changes["window_label"] = lambda _: _ISLAND
             scope_changes["aggregates_measures"] = tuple(f"{sql} AS {name}" for name, sql in measures.items())
         trows_view = views.register(rows, "history")
