@@ -588,7 +588,10 @@ _SHAPES = [  # (trigger and source, options, query), whether one scan computes i
     # an open window's rows are bounded by no end; a group of several tables shares timestamps
     ("state_window(v) from st partition by tbname", "fill_history|event_type(window_open|window_close)",
      "select _twstart, count(*) n from %%trows", False),
-    ("session(ts, 4s) from st partition by g", "fill_history", "select _twstart, count(*) n from %%trows", False),
+    # a session of several tables: rows sharing a timestamp count once to the trigger
+    ("session(ts, 4s) from st partition by g", "fill_history",
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
+    ("session(ts, 4s) from st", "fill_history", "select _twstart, count(*) n from %%trows", False),
     # blocks: a COUNT window is a block of rows that neither overlaps nor skips one
     ("count_window(5) from st partition by tbname", "fill_history",
      "select _twstart, _twend, count(*) n, sum(v) s, max(v) m from %%trows", True),

@@ -56,6 +56,7 @@ from .udf import function_lookup
 PLAN = "one scan"  # the run's metadata names the plan that computed the history
 _ISLAND = "__island"  # a row's island number (``bulk.island_rows``), the window label of islands
 _VALUE = "__value"  # a STATE_WINDOW island's state
+_TIMESTAMPS = "__timestamps"  # a SESSION island's distinct timestamps, in a group of several tables
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,11 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
     of the table (no FILL_HISTORY start, no legacy rows of its own, no PARTITION BY
     expression), the query counts no rows of its own (``_twrownum`` is the trigger's count),
     and a window is one run or island — fixed INTERVAL windows a row belongs to one of, or
-    STATE_WINDOW, SESSION, EVENT_WINDOW and COUNT_WINDOW without SLIDING or
-    counted columns, over groups of one table each (no two rows share a timestamp, so a
-    window's rows are its island's), closing only (an open window has no end to bound its
-    rows); a table small enough to derive in this process (``bulk.LOCAL_ROWS``) is left to
-    that."""
+    STATE_WINDOW, EVENT_WINDOW and COUNT_WINDOW without SLIDING or counted columns (over
+    groups of one table each: no two rows share a timestamp, so a window's rows are its
+    island's) and SESSION (over groups of one table or of several tables sharing tags),
+    closing only (an open window has no end to bound its rows); a table small enough to
+    derive in this process (``bulk.LOCAL_ROWS``) is left to that."""
     table, query = stream.trigger_table, stream.stmt.query
     if query is None or table is None or stored is None or stored <= bulk.LOCAL_ROWS:
         return False
@@ -87,10 +88,18 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
         return False
     if trigger.events != (WINDOW_CLOSE,):
         return False
-    one_table = table.kind != "super" or "tbname" in stream.group_columns
     if isinstance(trigger, CountTrigger):
-        return one_table and trigger.slide == trigger.size and not trigger.columns
-    return one_table
+        return trigger.slide == trigger.size and not trigger.columns
+    # STATE, EVENT and COUNT windows of a super table are per child table; a SESSION of a
+    # group of several is its island too (rows sharing a timestamp are within any gap),
+    # but not of a whole super table (its one group would be one Spark partition)
+    return table.kind != "super" or bool(stream.group_columns)
+
+
+def _several_tables(stream: StreamDefinition) -> bool:
+    """Whether a group of the stream can hold rows of several child tables."""
+    table = stream.trigger_table
+    return table is not None and table.kind == "super" and "tbname" not in stream.group_columns
 
 
 def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str], Trigger]:
@@ -108,7 +117,9 @@ def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) ->
         measures = {_VALUE: f"first(d.`{trigger.column}`, true)"}
         return island_rows(rows, groups, pk, trigger), measures, trigger
     assert isinstance(trigger, SessionTrigger)
-    return island_rows(rows, groups, pk, trigger), {}, trigger
+    # a timestamp several child tables of the group share is one row to the trigger
+    measures = {_TIMESTAMPS: f"count(DISTINCT d.`{pk}`)"} if _several_tables(stream) else {}
+    return island_rows(rows, groups, pk, trigger), measures, trigger
 
 
 def _keys(stream: StreamDefinition, plans: tuple[KeyAggregates, ...]) -> tuple[dict[str, str], str] | None:
@@ -184,6 +195,8 @@ def history_scan(
             columns = [f"__first AS {label}" if c == label else f"`{c}`" for c in cached.columns]
             views.register_as(cached.where(f"{label} IS NOT NULL").selectExpr(*columns), aggregates_view)
             outside = f"{label} IS NULL AS __outside"
+            if _TIMESTAMPS in measures:  # the rows the trigger counts
+                runs[runs.index("__rows")] = f"{_TIMESTAMPS} AS __rows"
             islands = cached.selectExpr(*runs, *measures, outside).limit(bulk.DRIVER_ISLANDS + 1).toArrow()
             if islands.num_rows > bulk.DRIVER_ISLANDS:
                 # a state changing on nearly every row: the derivation replays its islands in
