@@ -365,10 +365,8 @@ def derive_windows(
             # (on a super table it is partitioned by tbname: a group's rows never share a timestamp)
             islands = _state_islands(frame, names, table.primary_key, trigger.column)
         else:
-            # a group of one table (grouped by tbname, or not a super table) has one row per
-            # timestamp: its rows need no distinct count
-            one_table = table.kind != "super" or "tbname" in stream.group_columns
-            islands = _sessions(frame, names, table.primary_key, trigger.gap, distinct=not one_table)
+            # a group of one table has one row per timestamp: its rows need no distinct count
+            islands = _sessions(frame, names, table.primary_key, trigger.gap, distinct=several_tables(stream))
         replay_group = _group_islands(trigger)
         # few islands (a state or session lasting many rows, as they do) are replayed here,
         # sparing the job Spark's Python workers (seconds whatever the size); one changing on
@@ -407,6 +405,13 @@ def state_column(stream: StreamDefinition, frame: Any, trigger: StateTrigger) ->
     state = row_expression(source, trigger.expr, ctx).sql
     frame = frame.alias("d").select("*", F.expr(state).alias(_STATE_VALUE))
     return frame, replace(trigger, column=_STATE_VALUE, expr=None)
+
+
+def several_tables(stream: StreamDefinition) -> bool:
+    """Whether a group of the stream can hold rows of several child tables (its trigger table
+    is a super table not grouped by tbname), which may share a timestamp."""
+    table = stream.trigger_table
+    return table is not None and table.kind == "super" and "tbname" not in stream.group_columns
 
 
 def _row_scope(stream: StreamDefinition) -> tuple[SourceTable, TranslationContext]:

@@ -48,6 +48,7 @@ from .bulk import (
     island_rows,
     island_windows,
     pre_filtered,
+    several_tables,
     state_column,
 )
 from .run import PreparedQuery, reads_tags, stream_scope, uses
@@ -96,12 +97,6 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
     return table.kind != "super" or bool(stream.group_columns)
 
 
-def _several_tables(stream: StreamDefinition) -> bool:
-    """Whether a group of the stream can hold rows of several child tables."""
-    table = stream.trigger_table
-    return table is not None and table.kind == "super" and "tbname" not in stream.group_columns
-
-
 def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str], Trigger]:
     """The rows PRE_FILTER admits, each labelled with its island, block or window (``__island``),
     what the replay needs of each beside its first row, last row and rows, as aggregates
@@ -118,7 +113,7 @@ def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) ->
         return island_rows(rows, groups, pk, trigger), measures, trigger
     assert isinstance(trigger, SessionTrigger)
     # a timestamp several child tables of the group share is one row to the trigger
-    measures = {_TIMESTAMPS: f"count(DISTINCT d.`{pk}`)"} if _several_tables(stream) else {}
+    measures = {_TIMESTAMPS: f"count(DISTINCT d.`{pk}`)"} if several_tables(stream) else {}
     return island_rows(rows, groups, pk, trigger), measures, trigger
 
 
