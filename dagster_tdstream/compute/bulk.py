@@ -665,9 +665,14 @@ def _numbered(frame: Any, groups: list[str], pk: str, starts: Callable[[str], st
     as a hand-written gaps-and-islands query."""
     from pyspark.sql import functions as F
 
-    over = f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
+    over = _in_order(groups, pk)
     frame = frame.withColumn("__start", F.expr(starts(over)))
     return frame.withColumn("__island", F.expr(f"sum(__start) {over} ROWS UNBOUNDED PRECEDING)"))
+
+
+def _in_order(groups: list[str], pk: str) -> str:
+    """The window clause over each group's rows in time order, left open for a frame."""
+    return f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`"
 
 
 def _state_starts(column: str) -> Callable[[str], str]:
@@ -731,10 +736,9 @@ def count_rows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger) ->
     (``__island``) — windows of ``size`` rows that neither overlap nor skip (SLIDING equal
     to the size, every row counted): row k of a group lies in block k DIV size. A history
     scan groups them by block with its query's aggregates (``compute/history.py``)."""
-    over = f"OVER (PARTITION BY {', '.join(f'`{g}`' for g in groups)} ORDER BY `{pk}`)"
     from pyspark.sql import functions as F
 
-    return frame.withColumn("__island", F.expr(f"(row_number() {over} - 1) DIV {trigger.size}"))
+    return frame.withColumn("__island", F.expr(f"(row_number() {_in_order(groups, pk)}) - 1) DIV {trigger.size}"))
 
 
 def count_tails(
@@ -780,8 +784,7 @@ def island_windows(
     """Every group's windows and final state from its islands (the stream's group columns,
     ``__first``, ``__last``, ``__rows``, and STATE's ``__value``), COUNT_WINDOW's blocks
     (``count_rows``, with a row per group of its last rows: ``__recent``, the other columns
-    NULL) or
-    EVENT_WINDOW's windows (``event_rows``, ``event_measures``), replayed here."""
+    NULL) or EVENT_WINDOW's windows (``event_rows``, ``event_measures``), replayed here."""
     islands, names = _grouped(stream, islands)
     if isinstance(trigger, CountTrigger):  # with the tails of its groups (``count_tails``)
         replay_group = _group_blocks(trigger)

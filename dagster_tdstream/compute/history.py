@@ -98,11 +98,11 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
 
 
 def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str], Trigger]:
-    """The rows PRE_FILTER admits, each labelled with its island, block or window (``__island``),
-    what the replay needs of each beside its first row, last row and rows, as aggregates
-    over its rows aliased ``d``, by name, and the trigger that replays them (STATE_WINDOW's
-    over its state column: ``bulk.state_column``)."""
-    groups, rows = [*stream.group_columns] or ["tbname"], pre_filtered(stream, rows)
+    """The rows (those PRE_FILTER admits), each labelled with its island, block or window
+    (``__island``); what the replay needs of each beside its first row, last row and rows,
+    as aggregates over its rows aliased ``d``, by name; and the trigger that replays them
+    (STATE_WINDOW's over its state column: ``bulk.state_column``)."""
+    groups = [*stream.group_columns] or ["tbname"]
     if isinstance(trigger, CountTrigger):
         return count_rows(rows, groups, pk, trigger), {}, trigger
     if isinstance(trigger, EventTrigger):
@@ -153,12 +153,13 @@ def history_scan(
     try:
         # the query's tags, and those the trigger's own conditions name
         tags = reads_tags(stream) or any(t.name in columns_read(trigger, stream_admission(stream)) for t in table.tags)
-        rows = stored = table_frame(spark, warehouse, table, version, tags=tags)
+        rows = admitted = table_frame(spark, warehouse, table, version, tags=tags)
         scope_changes: dict[str, Any] = {}
         measures: dict[str, str] = {}
         if not isinstance(trigger, WindowTrigger):
             # each row labelled with its window: the query groups by it as by window
-            rows, measures, trigger = _labelled(stream, trigger, rows, table.primary_key)
+            admitted = pre_filtered(stream, rows)
+            rows, measures, trigger = _labelled(stream, trigger, admitted, table.primary_key)
             scope_changes["window_label"] = lambda _: _ISLAND
             scope_changes["aggregates_measures"] = tuple(f"{sql} AS {name}" for name, sql in measures.items())
         trows_view = views.register(rows, "history")
@@ -199,7 +200,7 @@ def history_scan(
                 yield None
                 return
             if isinstance(trigger, CountTrigger):  # and the last rows each group's state keeps
-                admitted, pk = pre_filtered(stream, stored), table.primary_key
+                pk = table.primary_key
                 tails = count_tails(views, admitted, [*stream.group_columns], pk, trigger, islands)
                 islands = pa.concat_tables([islands, tails], promote_options="default")
             derived = island_windows(warehouse, stream, trigger, islands)
