@@ -11,7 +11,7 @@ from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.sql import ast
 from dagster_tdstream.sql.parser import parse_statement
 from dagster_tdstream.triggers import conditions
-from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_OPEN
+from dagster_tdstream.triggers.engine import MAX_DELAY, WINDOW_CLOSE, WINDOW_OPEN
 from dagster_tdstream.triggers.rows import CountTrigger, EventTrigger, RowChange, RowState, SessionTrigger, StateTrigger
 
 from .conftest import output
@@ -84,6 +84,30 @@ def test_count_windows_tumbling_sliding_and_column_lists() -> None:
     assert closes(CountTrigger(size=3, slide=3, columns=("c",)), data) == [(0, 2, 3), (4, 6, 3), (7, 9, 3)]
     # sliding windows are written only when full
     assert closes(CountTrigger(size=4, slide=2), data) == [(0, 3, 4), (2, 5, 4), (4, 7, 4), (6, 9, 4)]
+
+
+def test_a_tumbling_count_windows_state_keeps_its_open_blocks_ends_and_resumes_an_older_checkpoint() -> None:
+    """Without SLIDING the state keeps the open block's first and newest timestamps, not the
+    last ``size``; a checkpoint written with the last ``size`` (before) resumes the same."""
+    trigger = CountTrigger(size=4, slide=4, events=(WINDOW_CLOSE, MAX_DELAY))
+    state = RowState()
+    trigger.advance(state, rows(*((t, {}) for t in range(6))))
+    assert (state.counted, state.recent) == (6, [4, 5])
+    assert [(f.event, f.start, f.end, f.row_count) for f in trigger.open_windows(state)] == [(MAX_DELAY, 4, 5, 2)]
+    assert [(f.start, f.end, f.row_count) for f in trigger.at_end(state)] == [(4, 5, 2)]
+    trigger.advance(state, rows((6, {}), (7, {})))
+    assert state.recent == []  # the block closed: nothing of it is read again
+    for size, older, counted in ((4, [2, 3, 4, 5], 6), (2, [7, 8], 9), (5, [4, 5, 6, 7, 8], 9)):
+        # as checkpoints kept them: the last ``size`` timestamps
+        sized = CountTrigger(size=size, slide=size)
+        resumed = RowState(counted=counted, recent=older, max_ts=older[-1])
+        fresh = RowState()
+        sized.advance(fresh, rows(*((t, {}) for t in range(older[-1] + 1))))
+        late = rows(*((t, {}) for t in range(older[-1] + 1, older[-1] + 8)))
+        assert [(f.start, f.end) for f in sized.advance(resumed, late)] == [
+            (f.start, f.end) for f in sized.advance(fresh, late)
+        ]
+        assert resumed.recent == fresh.recent
 
 
 def test_disorder_is_reported_not_silently_computed() -> None:

@@ -35,7 +35,7 @@ from ..sql.timeunits import resolve_timezone
 from ..sql.translate import SourceTable, TranslationContext, row_condition, row_expression
 from ..sql.walk import walk
 from ..storage.registry import StreamDefinition
-from ..storage.spark_read import SparkViews, spark_type, table_frame
+from ..storage.spark_read import spark_type, table_frame
 from ..storage.types import arrow_type
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WINDOW_OPEN, Fired, GroupState, WindowTrigger
@@ -621,7 +621,8 @@ def _count_windows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger
     rn = F.col("__rn")
     starts = rn % slide == 0
     ends = (rn >= size - 1) & ((rn - (size - 1)) % slide == 0)
-    tail = rn >= F.col("__total") - size
+    # the rows the state keeps: a tumbling window's open block, else the last ``size``
+    tail = rn >= F.col("__total") - (F.col("__total") % size if trigger.tumbling else F.lit(size))
     return marked.where((F.col("__counted") & (starts | ends | tail)) | (F.col("__ts") == F.col("__newest")))
 
 
@@ -641,7 +642,8 @@ def _group_counts(trigger: CountTrigger) -> GroupReplay:
                 fired.append(Fired(WINDOW_OPEN, at[rn], at[rn], 0, {}))
             if rn >= size - 1 and (rn - size + 1) % slide == 0:
                 fired.append(Fired(WINDOW_CLOSE, at[rn - size + 1], at[rn], size, {}))
-        state = RowState(max_ts=newest[0], counted=total, recent=[at[rn] for rn in sorted(at) if rn >= total - size])
+        recent = trigger.kept([at[rn] for rn in sorted(at) if rn >= total - size], total)
+        state = RowState(max_ts=newest[0], counted=total, recent=recent)
         return _windows(fired), state
 
     return replay_group
@@ -741,33 +743,6 @@ def count_rows(frame: Any, groups: list[str], pk: str, trigger: CountTrigger) ->
     return frame.withColumn("__island", F.expr(f"(row_number() {_in_order(groups, pk)}) - 1) DIV {trigger.size}"))
 
 
-def count_tails(
-    views: SparkViews, frame: Any, group_columns: list[str], pk: str, trigger: CountTrigger, blocks: pa.Table
-) -> pa.Table:
-    """Each group's last ``size`` rows' timestamps, which its state keeps, as
-    (``group_columns``…, ``__recent``): taken from its rows (``frame``, the rows ``count_rows``
-    numbered) from its last block but one on, by a scan of the timestamps alone — a list of
-    them aggregated per block made the blocks' aggregation sort-based, 2 s more at 10 M
-    rows. ``blocks``: the groups' blocks (``group_columns``, ``__first``)."""
-    from pyspark.sql import functions as F
-
-    if blocks.num_rows == 0:
-        none = pa.array([], pa.list_(pa.int64()))
-        return pa.table({**{c: blocks.column(c) for c in group_columns}, "__recent": none})
-    blocks, heads, sizes = _group_spans(*_grouped_by(blocks, group_columns), "__first")
-    froms = blocks.take(pa.array(heads + np.maximum(sizes - 2, 0))).select([*group_columns, "__first"])
-    ts = F.col(f"`{pk}`")
-    # a comparison of numbers first: the join looks up only the rows that may be a tail's
-    frame = frame.where(ts >= pc.min(froms.column("__first")).as_py())
-    later = F.lit(True)
-    if group_columns:
-        frame = frame.join(F.broadcast(views.rows_frame(froms, "tails")), on=group_columns)
-        later = ts >= F.col("__first")
-    # the list sorted and cut in Spark: a row per group comes back, not a row per timestamp
-    recent = F.slice(F.sort_array(F.collect_list(ts)), -trigger.size, trigger.size).alias("__recent")
-    return frame.where(later).groupBy(*[F.col(f"`{c}`") for c in group_columns]).agg(recent).toArrow()
-
-
 def _grouped_by(data: pa.Table, group_columns: list[str]) -> tuple[pa.Table, list[str]]:
     """``data`` and the columns its groups are told apart by (``_grouped``'s, by name)."""
     if group_columns:
@@ -783,10 +758,10 @@ def island_windows(
 ) -> Derived:
     """Every group's windows and final state from its islands (the stream's group columns,
     ``__first``, ``__last``, ``__rows``, and STATE's ``__value``), COUNT_WINDOW's blocks
-    (``count_rows``, with a row per group of its last rows: ``__recent``, the other columns
-    NULL) or EVENT_WINDOW's windows (``event_rows``, ``event_measures``), replayed here."""
+    (``count_rows``) or EVENT_WINDOW's windows (``event_rows``, ``event_measures``), replayed
+    here."""
     islands, names = _grouped(stream, islands)
-    if isinstance(trigger, CountTrigger):  # with the tails of its groups (``count_tails``)
+    if isinstance(trigger, CountTrigger):
         replay_group = _group_blocks(trigger)
     elif isinstance(trigger, EventTrigger):
         replay_group = _group_event_windows(trigger)
@@ -796,19 +771,21 @@ def island_windows(
 
 
 def _group_blocks(trigger: CountTrigger) -> GroupReplay:
-    """COUNT_WINDOW in blocks (``count_rows``): one group's blocks and tail (``count_tails``)
-    in, its windows — the full blocks, in order — and the state ``_group_counts`` leaves out."""
+    """COUNT_WINDOW in blocks (``count_rows``): one group's blocks in, its windows — the full
+    blocks, in order — and the state ``_group_counts`` leaves out: a block not yet full is
+    the open one, whose first and newest rows the state keeps (``CountTrigger.kept``)."""
 
     def replay_group(data: pa.Table) -> tuple[Windows, TriggerState]:
-        recent = pc.drop_null(data.column("__recent")).to_pylist()
-        data = data.filter(pc.is_valid(data.column("__first"))).sort_by("__first")
+        data = data.sort_by("__first")
         first, last, rows = (data.column(c).to_pylist() for c in ("__first", "__last", "__rows"))
         windows = [
             (WINDOW_CLOSE, start, end, n, "{}")
             for start, end, n in zip(first, last, rows, strict=True)
             if n == trigger.size
         ]
-        return windows, RowState(max_ts=max(last), counted=sum(rows), recent=recent[0])
+        counted = sum(rows)
+        state = RowState(max_ts=max(last), counted=counted, recent=trigger.kept([first[-1], last[-1]], counted))
+        return windows, state
 
     return replay_group
 

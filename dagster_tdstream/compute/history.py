@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import pyarrow as pa
-
 from ..sql.intervals import IntervalSpec
 from ..sql.translate import KeyAggregates, TranslationContext, translate_select
 from ..storage import written
@@ -41,7 +39,6 @@ from . import bulk
 from .bulk import (
     Derived,
     count_rows,
-    count_tails,
     event_measures,
     event_rows,
     interval_windows,
@@ -153,13 +150,12 @@ def history_scan(
     try:
         # the query's tags, and those the trigger's own conditions name
         tags = reads_tags(stream) or any(t.name in columns_read(trigger, stream_admission(stream)) for t in table.tags)
-        rows = admitted = table_frame(spark, warehouse, table, version, tags=tags)
+        rows = table_frame(spark, warehouse, table, version, tags=tags)
         scope_changes: dict[str, Any] = {}
         measures: dict[str, str] = {}
         if not isinstance(trigger, WindowTrigger):
             # each row labelled with its window: the query groups by it as by window
-            admitted = pre_filtered(stream, rows)
-            rows, measures, trigger = _labelled(stream, trigger, admitted, table.primary_key)
+            rows, measures, trigger = _labelled(stream, trigger, pre_filtered(stream, rows), table.primary_key)
             scope_changes["window_label"] = lambda _: _ISLAND
             scope_changes["aggregates_measures"] = tuple(f"{sql} AS {name}" for name, sql in measures.items())
         trows_view = views.register(rows, "history")
@@ -199,10 +195,6 @@ def history_scan(
                 # the executors instead of bringing them here
                 yield None
                 return
-            if isinstance(trigger, CountTrigger):  # and the last rows each group's state keeps
-                pk = table.primary_key
-                tails = count_tails(views, admitted, [*stream.group_columns], pk, trigger, islands)
-                islands = pa.concat_tables([islands, tails], promote_options="default")
             derived = island_windows(warehouse, stream, trigger, islands)
         yield HistoryScan(derived, PreparedQuery(views, trigger_source, trows_view, translated, triggers_view))
     finally:

@@ -44,7 +44,9 @@ class RowState:
     prev: Any = None  # the previous window's state value (notifications' prevState)
     max_ts: int | None = None
     counted: int = 0  # COUNT_WINDOW: counted rows so far
-    recent: list[int] = field(default_factory=list)  # COUNT_WINDOW: timestamps of the last n counted rows
+    # COUNT_WINDOW: timestamps of the last n counted rows; without SLIDING only the open
+    # block's first and newest (``CountTrigger._block``)
+    recent: list[int] = field(default_factory=list)
     opened_at: int = 0  # MAX_DELAY: processing time (ns) the delay counts from
     delayed_count: int = 0  # MAX_DELAY: the row count the open window was last computed with
     late_from: int | None = None  # smallest out-of-order timestamp seen in this call
@@ -232,20 +234,61 @@ class CountTrigger(RowWindowTrigger):
     # COUNT_WINDOW recalculates: ``ast.RECALC_COUNT_WINDOW``)
     recalculates: bool = False
 
+    @property
+    def tumbling(self) -> bool:
+        """Without SLIDING (or SLIDING equal to the count) a window is a block of ``size``
+        rows: only the open block's first and newest timestamps are ever read again, so the
+        state keeps those two instead of ``size`` (a checkpoint of 600 timestamps a group)."""
+        return self.slide == self.size
+
     def step(self, state: RowState, change: RowChange, fired: list[Fired]) -> None:
         if self.columns and all(change.values.get(c) is None for c in self.columns):
             return  # only rows with a value in a listed column count
         index = state.counted
         if state.counted == state.delayed_count:  # MAX_DELAY counts from the first row not yet computed
             state.opened_at = state.now
+        if self.tumbling:
+            block = self._block(state)
+            state.recent = [block[0], change.ts] if block else [change.ts]
+        else:
+            state.recent = [*state.recent, change.ts][-self.size :]
         state.counted += 1
-        state.recent = [*state.recent, change.ts][-self.size :]
         if index % self.slide == 0 and WINDOW_OPEN in self.events:
             fired.append(Fired(WINDOW_OPEN, change.ts, change.ts, 0, {}))
         first = index + 1 - self.size
         if first >= 0 and first % self.slide == 0 and WINDOW_CLOSE in self.events:
             # a sliding count window is written only when full
             fired.append(Fired(WINDOW_CLOSE, state.recent[0], change.ts, self.size, {}))
+        if self.tumbling and state.counted % self.size == 0:
+            state.recent = []  # the block is closed: the next row opens one
+
+    def _block(self, state: RowState) -> tuple[int, int] | None:
+        """A tumbling window's open block: its first and newest timestamps, or None when the
+        last block is full. (A checkpoint written before the state was compacted keeps the
+        last ``size`` timestamps: the block is their last ``counted % size``.)"""
+        rows = state.counted % self.size
+        if rows == 0 or not state.recent:
+            return None
+        first = state.recent[-rows] if len(state.recent) > min(rows, 2) else state.recent[0]
+        return first, state.recent[-1]
+
+    def kept(self, recent: list[int], counted: int) -> list[int]:
+        """What the state keeps (``RowState.recent``) of the timestamps of a group's last
+        counted rows ``recent`` (oldest first, at least the open block's or the last ``size``)
+        after ``counted`` rows: the derivations in bulk build the state the replay leaves."""
+        if not self.tumbling:
+            return recent[-self.size :]
+        rows = counted % self.size
+        block = recent[-rows:] if rows else []
+        return [block[0], block[-1]] if len(block) > 1 else block
+
+    def _span(self, state: RowState, rows: int) -> tuple[int, int]:
+        """The first and newest timestamps of the last ``rows`` counted rows (a window not yet full)."""
+        if self.tumbling:
+            block = self._block(state)
+            assert block is not None  # a tumbling window not yet full is the open block
+            return block
+        return state.recent[-rows], state.recent[-1]
 
     def _rows_taken(self, state: RowState) -> int | None:
         return state.counted  # windows not yet full are open from the first counted row
@@ -258,7 +301,7 @@ class CountTrigger(RowWindowTrigger):
         while start >= 0 and state.counted - start < self.size:
             sizes.append(state.counted - start)
             start -= self.slide
-        return [Fired(MAX_DELAY, state.recent[-rows], state.recent[-1], rows, {}) for rows in reversed(sizes)]
+        return [Fired(MAX_DELAY, *self._span(state, rows), rows, {}) for rows in reversed(sizes)]
 
     def at_end(self, state: RowState) -> list[Fired]:
         """The last window of a query may hold fewer than ``size`` counted rows: the first
@@ -270,4 +313,4 @@ class CountTrigger(RowWindowTrigger):
         if first_open >= counted or (first_open > 0 and previous_end >= counted - 1):
             return []
         rows = counted - first_open
-        return [Fired(WINDOW_CLOSE, state.recent[-rows], state.recent[-1], rows, {})]
+        return [Fired(WINDOW_CLOSE, *self._span(state, rows), rows, {})]
