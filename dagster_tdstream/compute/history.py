@@ -29,7 +29,7 @@ from ..sql.intervals import IntervalSpec
 from ..sql.translate import KeyAggregates, TranslationContext, translate_select
 from ..storage import written
 from ..storage.registry import StreamDefinition
-from ..storage.spark_read import SparkViews, table_frame
+from ..storage.spark_read import SparkViews, live_children, table_frame
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import Trigger, stream_admission, stream_trigger
@@ -150,7 +150,10 @@ def history_scan(
     try:
         # the query's tags, and those the trigger's own conditions name
         tags = reads_tags(stream) or any(t.name in columns_read(trigger, stream_admission(stream)) for t in table.tags)
-        rows = table_frame(spark, warehouse, table, version, tags=tags)
+        # grouped by tbname, a dropped child's rows are groups of their own: they are left
+        # out after the grouping, a test per group rather than per row (``live_children``)
+        late_children = table.kind == "super" and "tbname" in stream.group_columns and not tags
+        rows = table_frame(spark, warehouse, table, version, tags=tags, children=not late_children)
         scope_changes: dict[str, Any] = {}
         measures: dict[str, str] = {}
         if not isinstance(trigger, WindowTrigger):
@@ -175,8 +178,12 @@ def history_scan(
             yield None
             return
         group_keys, label = keys
+        cached = views.sql(translated.key_aggregates[0].sql)
+        if late_children:
+            tbname = next(key for key, name in group_keys.items() if name == "tbname")
+            cached = live_children(spark, warehouse, table, cached, tbname)
         # computed once, by the runs' read below; the query's join reads the cache
-        cached = views.sql(translated.key_aggregates[0].sql).cache()
+        cached = cached.cache()
         runs = [*(f"`{key}` AS `{name}`" for key, name in group_keys.items()), "__first", "__last", "__rows"]
         if isinstance(trigger, WindowTrigger):
             views.register_as(cached, aggregates_view)

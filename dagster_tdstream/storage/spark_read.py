@@ -81,13 +81,18 @@ def table_frame(
     tags: bool = True,
     used: frozenset[str] | None = None,
     storage: str | None = None,
+    children: bool = True,
 ) -> Any:
     """The rows of a table as Spark sees them in a query: data columns, ``tbname``, tags (as
     of the WAL offset ``version`` when given, e.g. a stream's history); with ``key_range``
     only the rows whose primary timestamp lies in [low, high], read from the files that may
     hold them. ``tags=False``: a reader that needs no tag gets the same rows without them.
     ``used``: the columns the query names (a virtual table's rows depend on them).
-    ``storage``: rows of the table kept in another Delta table of its shape (``written.py``)."""
+    ``storage``: rows of the table kept in another Delta table of its shape (``written.py``).
+    ``children=False`` (with ``tags=False``): a super table's rows of every ``tbname`` its
+    files hold, for a reader that groups by ``tbname`` and keeps the groups of existing child
+    tables after (``live_children``): a test per group instead of one per row, a fifth of an
+    aggregation's time over 10 M rows."""
     from pyspark.sql import functions as F
 
     if info.virtual and version is None and storage is None:
@@ -116,7 +121,9 @@ def table_frame(
         return data.withColumn("tbname", F.lit(info.name))
     if info.kind == "child":
         data = data.where(F.col("tbname") == info.name)
-    return with_tags(spark, warehouse, info, data) if tags else _of_children(spark, warehouse, info, data)
+    if tags:
+        return with_tags(spark, warehouse, info, data)
+    return live_children(spark, warehouse, info, data, "tbname") if children else data
 
 
 def virtual_frame(
@@ -172,20 +179,21 @@ def virtual_frame(
     return with_tags(spark, warehouse, info, data) if info.kind == "child" and tags else data
 
 
-def _of_children(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any) -> Any:
-    """The rows ``with_tags`` keeps (those of existing child tables: a dropped child's rows
-    may outlive it in an older version or a crash before its delete), without joining the
-    tags — half the cost of a scan. By name list up to ``IN_LIST_LIMIT`` children, beyond
-    that by a broadcast semi-join (the names would swell the plan)."""
+def live_children(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any, column: str) -> Any:
+    """The rows of ``data`` whose ``column`` names an existing child table of ``info`` (a
+    dropped child's rows may outlive it in an older version or a crash before its delete):
+    what ``with_tags`` keeps, without joining the tags — half the cost of a scan. By name list
+    up to ``IN_LIST_LIMIT`` children, beyond that by a broadcast semi-join (the names would
+    swell the plan)."""
     from pyspark.sql import functions as F
 
     if info.kind == "child":
         return data
     names = [child.name for child in warehouse.catalog.child_tables(info.db, info.name)]
     if len(names) <= IN_LIST_LIMIT:
-        return data.where(F.col("tbname").isin(names) if names else F.lit(False))
-    children = spark.createDataFrame(pa.table({"tbname": pa.array(names, pa.string())}))
-    return data.join(F.broadcast(children), "tbname", "left_semi")
+        return data.where(F.col(column).isin(names) if names else F.lit(False))
+    children = spark.createDataFrame(pa.table({column: pa.array(names, pa.string())}))
+    return data.join(F.broadcast(children), column, "left_semi")
 
 
 def with_tags(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any) -> Any:
