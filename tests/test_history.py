@@ -557,6 +557,8 @@ def _history_rows(database: str, seed: int) -> str:
 _SHAPES = [  # (trigger and source, options, query), whether one scan computes it
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
      "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
+     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", True),
     ("interval(10s) sliding(10s) from st partition by g", "fill_history",
      "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", True),
     ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows", True),
