@@ -45,7 +45,7 @@ class RowState:
     max_ts: int | None = None
     counted: int = 0  # COUNT_WINDOW: counted rows so far
     # COUNT_WINDOW: timestamps of the last n counted rows; without SLIDING only the open
-    # block's first and newest (``CountTrigger._block``)
+    # block's first and newest (``CountTrigger.kept``)
     recent: list[int] = field(default_factory=list)
     opened_at: int = 0  # MAX_DELAY: processing time (ns) the delay counts from
     delayed_count: int = 0  # MAX_DELAY: the row count the open window was last computed with
@@ -247,9 +247,8 @@ class CountTrigger(RowWindowTrigger):
         index = state.counted
         if state.counted == state.delayed_count:  # MAX_DELAY counts from the first row not yet computed
             state.opened_at = state.now
-        if self.tumbling:
-            block = self._block(state)
-            state.recent = [block[0], change.ts] if block else [change.ts]
+        if self.tumbling:  # the open block's first row, if it has one, and this one
+            state.recent = [*self.kept(state.recent, state.counted)[:1], change.ts]
         else:
             state.recent = [*state.recent, change.ts][-self.size :]
         state.counted += 1
@@ -262,20 +261,11 @@ class CountTrigger(RowWindowTrigger):
         if self.tumbling and state.counted % self.size == 0:
             state.recent = []  # the block is closed: the next row opens one
 
-    def _block(self, state: RowState) -> tuple[int, int] | None:
-        """A tumbling window's open block: its first and newest timestamps, or None when the
-        last block is full. (A checkpoint written before the state was compacted keeps the
-        last ``size`` timestamps: the block is their last ``counted % size``.)"""
-        rows = state.counted % self.size
-        if rows == 0 or not state.recent:
-            return None
-        first = state.recent[-rows] if len(state.recent) > min(rows, 2) else state.recent[0]
-        return first, state.recent[-1]
-
     def kept(self, recent: list[int], counted: int) -> list[int]:
-        """What the state keeps (``RowState.recent``) of the timestamps of a group's last
-        counted rows ``recent`` (oldest first, at least the open block's or the last ``size``)
-        after ``counted`` rows: the derivations in bulk build the state the replay leaves."""
+        """What the state keeps (``RowState.recent``) after ``counted`` rows, of ``recent``:
+        the timestamps of the group's last counted rows, oldest first — at least the open
+        block's or the last ``size`` (the derivations in bulk, a checkpoint written before
+        the state was compacted) — or a compacted state's open block ends, which it keeps."""
         if not self.tumbling:
             return recent[-self.size :]
         rows = counted % self.size
@@ -284,10 +274,9 @@ class CountTrigger(RowWindowTrigger):
 
     def _span(self, state: RowState, rows: int) -> tuple[int, int]:
         """The first and newest timestamps of the last ``rows`` counted rows (a window not yet full)."""
-        if self.tumbling:
-            block = self._block(state)
-            assert block is not None  # a tumbling window not yet full is the open block
-            return block
+        if self.tumbling:  # a tumbling window not yet full is the open block
+            block = self.kept(state.recent, state.counted)
+            return block[0], block[-1]
         return state.recent[-rows], state.recent[-1]
 
     def _rows_taken(self, state: RowState) -> int | None:
