@@ -15,7 +15,7 @@ from sqlalchemy import select
 from dagster_tdstream import Session, StreamHarness
 from dagster_tdstream.compute import bulk as bulk_module
 from dagster_tdstream.compute.bulk import DRIVER_ISLANDS, LOCAL_ROWS, derive_windows, time_ordered
-from dagster_tdstream.compute.history import PLAN
+from dagster_tdstream.compute.history import ONE_JOB, PLAN
 from dagster_tdstream.storage.catalog import triggers_table
 from dagster_tdstream.storage.registry import StreamDefinition, load_stream
 from dagster_tdstream.triggers.engine import WINDOW_CLOSE, WINDOW_INVALIDATION
@@ -554,72 +554,90 @@ def _history_rows(database: str, seed: int) -> str:
     return ";".join(statements)
 
 
-_SHAPES = [  # (trigger and source, options, query), whether one scan computes it
+TWO_STEPS = "derive, then query"  # the plan a history reports where one scan does not apply
+
+_SHAPES = [  # (trigger and source, options, query), the plan that computes it
+    # fixed INTERVAL windows, each with rows: the output computed beside the runs in one job
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
-     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", True),
+     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
-     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", True),
+     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by g", "fill_history",
-     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", True),
-    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows", True),
+     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", ONE_JOB),
+    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows",
+     ONE_JOB),
     ("interval(10s) sliding(10s) from t", "fill_history", "select _twstart, sum(v) + 1 s, count(*) n from %%trows",
-     True),
-    ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|watermark(15s)",
-     "select _twstart, count(*) n, spread(v) s from %%trows", True),
-    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|pre_filter(v > 2)",
-     "select _twstart, count(*) n, sum(v) s from %%trows", True),
+     ONE_JOB),
+    ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|watermark(15s)",
+     "select _twstart, count(*) n, spread(v) s from %%trows", ONE_JOB),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|pre_filter(v > 2)",
+     "select _twstart, count(*) n, sum(v) s from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
-     "select _twstart, count(*) n, max(v) m from %%trows", True),
+     "select _twstart, count(*) n, max(v) m from %%trows", ONE_JOB),
+    # HAVING drops a window's row, not its run: the open windows are still the group's state
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
+     "select _twstart, count(*) n, sum(v) s from %%trows having sum(v) > 6", ONE_JOB),
+    # a closed window without rows fires (no IGNORE_NODATA_TRIGGER): the triggers are handed over
+    ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|watermark(15s)",
+     "select _twstart, count(*) n, spread(v) s from %%trows", PLAN),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|pre_filter(v > 2)",
+     "select _twstart, count(*) n, sum(v) s from %%trows", PLAN),
+    # a history fires no MAX_DELAY: the open windows keep when their delay began
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|max_delay(3s)",
+     "select _twstart, count(*) n, sum(v) s from %%trows", ONE_JOB),
+    # a trigger writes without rows (FORCE_OUTPUT): the triggers are handed over
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|force_output",
+     "select _twstart, count(*) n, sum(v) s from %%trows", PLAN),
     # the query's WHERE: its aggregates see fewer rows than the trigger, which derives first
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
-     "select _twstart, count(*) n from %%trows where v > 2", False),
+     "select _twstart, count(*) n from %%trows where v > 2", TWO_STEPS),
     # overlapping windows: a row in two of them, derived first
     ("interval(20s) sliding(10s) from st partition by tbname", "fill_history",
-     "select _twstart, count(*) n from %%trows", False),
+     "select _twstart, count(*) n from %%trows", TWO_STEPS),
     # islands: a window is an island of rows in one state, or within the gap
     ("state_window(v) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, sum(v) s, count(v) c from %%trows", True),
+     "select _twstart, _twend, count(*) n, sum(v) s, count(v) c from %%trows", PLAN),
     ("state_window(v) true_for(3s) from t", "fill_history", "select _twstart, count(*) n, max(v) m from %%trows",
-     True),
+     PLAN),
     ("state_window(case when v >= 3 then 'high' when v is not null then 'low' end) from st partition by tbname",
-     "fill_history", "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
+     "fill_history", "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
     ("session(ts, 4s) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", True),
+     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", PLAN),
     ("session(ts, 4s) from t", "fill_history|pre_filter(v > 1)",
-     "select _twstart, _twend, count(*) n, min(v) m from %%trows", True),
+     "select _twstart, _twend, count(*) n, min(v) m from %%trows", PLAN),
     # an open window's rows are bounded by no end; a group of several tables shares timestamps
     ("state_window(v) from st partition by tbname", "fill_history|event_type(window_open|window_close)",
-     "select _twstart, count(*) n from %%trows", False),
+     "select _twstart, count(*) n from %%trows", TWO_STEPS),
     # a session of several tables: rows sharing a timestamp count once to the trigger
     ("session(ts, 4s) from st partition by g", "fill_history",
-     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
-    ("session(ts, 4s) from st", "fill_history", "select _twstart, count(*) n from %%trows", False),
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
+    ("session(ts, 4s) from st", "fill_history", "select _twstart, count(*) n from %%trows", TWO_STEPS),
     # blocks: a COUNT window is a block of rows that neither overlaps nor skips one
     ("count_window(5) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, sum(v) s, max(v) m from %%trows", True),
+     "select _twstart, _twend, count(*) n, sum(v) s, max(v) m from %%trows", PLAN),
     ("count_window(4) from t", "fill_history|pre_filter(v > 1)", "select _twstart, _twend, avg(v) a from %%trows",
-     True),
+     PLAN),
     ("count_window(3, 3) from st partition by tbname", "fill_history|watermark(5s)",
-     "select _twstart, count(*) n, min(v) m from %%trows", True),
+     "select _twstart, count(*) n, min(v) m from %%trows", PLAN),
     ("count_window(5, 2) from st partition by tbname", "fill_history", "select _twstart, count(*) n from %%trows",
      False),
     ("count_window(4, 4, v) from st partition by tbname", "fill_history", "select _twstart, count(*) n from %%trows",
      False),
     # EVENT windows: the rows from a start row to the end row closing it, or a run a start holds for
     ("event_window(start with v >= 3 end with v = 0) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
     ("event_window(start with (v > 3, v is null) end with (v < 2, v = 3)) from t", "fill_history|pre_filter(v != 4)",
-     "select _twstart, _twend, count(*) n, max(v) m from %%trows", True),
+     "select _twstart, _twend, count(*) n, max(v) m from %%trows", PLAN),
     ("event_window(start with v >= 2) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", True),
+     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", PLAN),
     ("event_window(start with (v > 3, v = 1)) true_for(2s) from t", "fill_history|watermark(5s)",
-     "select _twstart, _twend, count(*) n, min(v) m from %%trows", True),
+     "select _twstart, _twend, count(*) n, min(v) m from %%trows", PLAN),
     ("event_window(start with v >= 3 end with v = 0) from st partition by tbname",
-     "fill_history|event_type(window_open|window_close)", "select _twstart, count(*) n from %%trows", False),
+     "fill_history|event_type(window_open|window_close)", "select _twstart, count(*) n from %%trows", TWO_STEPS),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("trigger", "options", "query", "one_scan"), _SHAPES)
+@pytest.mark.parametrize(("trigger", "options", "query", "plan"), _SHAPES)
 def test_a_history_in_one_scan_writes_what_deriving_then_querying_writes(
     session: Session,
     harness: StreamHarness,
@@ -627,14 +645,15 @@ def test_a_history_in_one_scan_writes_what_deriving_then_querying_writes(
     trigger: str,
     options: str,
     query: str,
-    one_scan: bool,
+    plan: str,
 ) -> None:
     """The same rows and stream in two databases: one history run with every table past the
     in-process size (one scan where the plan applies: windows, their states and the query's
-    aggregates from one grouping), one derived in this process and queried after. The outputs,
-    the checkpointed group states and the plan each run reports."""
+    aggregates from one grouping; fixed INTERVAL windows' output in that one job), one derived
+    in this process and queried after. The outputs, the checkpointed group states and the
+    plan each run reports."""
     create = f"create stream h {trigger} stream_options({options}) into out as {query}"
-    _history_both_ways(session, harness, monkeypatch, create, one_scan)
+    _history_both_ways(session, harness, monkeypatch, create, plan)
 
 
 @pytest.mark.parametrize(
@@ -701,7 +720,7 @@ def test_a_history_with_more_islands_than_this_process_takes_derives_them_in_the
         "create stream h state_window(v) from st partition by tbname stream_options(fill_history) into out "
         "as select _twstart, _twend, count(*) n, sum(v) s from %%trows"
     )
-    _history_both_ways(session, harness, monkeypatch, create, one_scan=False)
+    _history_both_ways(session, harness, monkeypatch, create, TWO_STEPS)
 
 
 def _history_both_ways(
@@ -709,11 +728,11 @@ def _history_both_ways(
     harness: StreamHarness,
     monkeypatch: pytest.MonkeyPatch,
     create: str,
-    one_scan: bool | None,
+    plan: str | None,
     columns: str = "*",
 ) -> None:
     """``create`` in two databases over the same rows, its history with every table past the
-    in-process size (``one_scan``: which plan that run must report; None: either), then
+    in-process size (``plan``: which plan that run must report; None: any), then
     derived in this process: the same output rows and checkpointed states."""
     plans = {}
     for database, size in (("one_scan", 0), ("two_steps", LOCAL_ROWS)):
@@ -729,9 +748,9 @@ def _history_both_ways(
         ]
         assert len(history) == 1
         plans[database] = history[0]
-    assert plans["two_steps"] == "derive, then query"
-    if one_scan is not None:
-        assert plans["one_scan"] == (PLAN if one_scan else "derive, then query")
+    assert plans["two_steps"] == TWO_STEPS
+    if plan is not None:
+        assert plans["one_scan"] == plan
     # (output subtables are named per database: the rows are compared, not their tables' names)
     written = [sorted(output(session, f"select {columns} from {database}.out"), key=str) for database in plans]
     assert written[0] == written[1] and len(written[0]) >= 2

@@ -11,6 +11,8 @@ one's aggregates with its first row, last row and rows, kept in Spark's cache; t
 here and the state machine derives the windows and each group's state from them, as the
 two-scan path does (``bulk.interval_windows``, ``bulk.island_windows``); the query then joins
 those triggers to the cached aggregates (``run.compute_triggers`` with the prepared query).
+Fixed INTERVAL windows go further where nothing needs a trigger of its own: their output is
+computed beside their runs in that one job (``window_job.py``), no windows handed over.
 Where the plan does not apply, ``history_scan`` gives None and the run derives, then queries.
 Reads only; the run writes.
 """
@@ -35,7 +37,7 @@ from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import Trigger, stream_admission, stream_trigger
 from ..triggers.replay import columns_read
 from ..triggers.rows import CountTrigger, EventTrigger, SessionTrigger, StateTrigger
-from . import bulk
+from . import bulk, window_job
 from .bulk import (
     Derived,
     count_rows,
@@ -50,8 +52,10 @@ from .bulk import (
 )
 from .run import PreparedQuery, reads_tags, stream_scope, uses
 from .udf import function_lookup
+from .window_job import WindowResults, window_results
 
 PLAN = "one scan"  # the run's metadata names the plan that computed the history
+ONE_JOB = "one Spark job"  # … fixed INTERVAL windows' output with their runs (``window_job.py``)
 _ISLAND = "__island"  # a row's island number (``bulk.island_rows``), the window label of islands
 _VALUE = "__value"  # a STATE_WINDOW island's state
 _TIMESTAMPS = "__timestamps"  # a SESSION island's distinct timestamps, in a group of several tables
@@ -60,7 +64,10 @@ _TIMESTAMPS = "__timestamps"  # a SESSION island's distinct timestamps, in a gro
 @dataclass(frozen=True)
 class HistoryScan:
     derived: Derived  # the closed windows as queue rows, each group's state
-    prepared: PreparedQuery  # the query over them, its data side computed
+    prepared: PreparedQuery | None  # the query over them, its data side computed
+    # or, for fixed INTERVAL windows, their output already computed (``window_job.py``):
+    # no queue rows then, the states only
+    windows: WindowResults | None = None
 
 
 def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> bool:
@@ -178,12 +185,18 @@ def history_scan(
             yield None
             return
         group_keys, label = keys
-        cached = views.sql(translated.key_aggregates[0].sql)
+        aggregates = views.sql(translated.key_aggregates[0].sql)
         if late_children:
             tbname = next(key for key, name in group_keys.items() if name == "tbname")
-            cached = live_children(spark, warehouse, table, cached, tbname)
+            aggregates = live_children(spark, warehouse, table, aggregates, tbname)
+        if isinstance(trigger, WindowTrigger) and window_job.applies(stream, translated):
+            views.register_as(aggregates, aggregates_view)
+            windows = window_results(views, stream, translated, aggregates_view, clock=clock)
+            if windows is not None:
+                yield HistoryScan(Derived([], windows.states), None, windows)
+                return
         # computed once, by the runs' read below; the query's join reads the cache
-        cached = cached.cache()
+        cached = aggregates.cache()
         runs = [*(f"`{key}` AS `{name}`" for key, name in group_keys.items()), "__first", "__last", "__rows"]
         if isinstance(trigger, WindowTrigger):
             views.register_as(cached, aggregates_view)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -280,22 +281,21 @@ def write_results(
     warehouse: Warehouse,
     stream: StreamDefinition,
     columns: Sequence[OutputColumn],
-    result: pa.Table,
-    groups: dict[int, Group],
+    data: pa.Table,
+    row_groups: Sequence[Group],
     source_types: dict[str, ast.DataType],
     *,
     replace_range: tuple[int, int] | None = None,
     retract: Sequence[tuple[Group, int]] = (),
 ) -> WriteOutcome:
-    """Write query results (one column per output column, then ``__tid``) to the output table.
-    ``groups`` maps each ``__tid`` to its group. With ``replace_range`` the output rows whose
+    """Write query results (one column per output column) to the output table; ``row_groups``
+    names each row's group. With ``replace_range`` the output rows whose
     key lies in [start, end) and that the results do not produce again are removed in the same
     commit (recalculation overwrites a range); ``retract`` names (group, window start) rows of
     windows that no longer exist, removed in that commit unless produced again."""
     target = stream.output
     assert target is not None
     db, name = target
-    data = result.drop_columns(["__tid"])
     info = warehouse.find_table(db, name)
     if info is None:
         if data.num_rows == 0:
@@ -314,7 +314,8 @@ def write_results(
         written[c.name] if c.name in written else pa.nulls(data.num_rows, arrow_type(c.type)) for c in info.columns
     ]
     rows = pa.table(arrays, schema=arrow_schema(info.columns, with_tbname=False))
-    row_groups = [groups[tid] for tid in result.column("__tid").filter(kept).to_pylist()]
+    if data.num_rows != len(row_groups):  # rows dropped above: their groups too
+        row_groups = list(itertools.compress(row_groups, kept.to_pylist()))
     child_of_group = {  # a batch's triggers share few groups: each named once
         group: child_table_name(stream, group) if info.kind != "normal" else info.name
         for group in dict.fromkeys(row_groups)

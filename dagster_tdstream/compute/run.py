@@ -77,7 +77,7 @@ class RunOutcome:
     results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def _source_types(views: SparkViews, stream: StreamDefinition) -> dict[str, ast.DataType]:
+def query_source_types(views: SparkViews, stream: StreamDefinition) -> dict[str, ast.DataType]:
     """Column types of the tables the query reads, for naming output column types."""
     types: dict[str, ast.DataType] = {}
     if stream.trigger_table is not None:
@@ -142,7 +142,7 @@ def compute_triggers(
         empty = _emptied_windows(
             views, stream, computable, triggers_view, trows_view or trigger_source, label, timezone
         )
-        source_types = _source_types(views, stream)
+        source_types = query_source_types(views, stream)
         around = None
         late = any(t["event"] == RECALC for t in computable)
         if stream.stmt.option(ast.LEGACY_FILL) is not None and late and replace_range is None:
@@ -248,8 +248,8 @@ def _written(
         warehouse,
         stream,
         translated.columns,
-        result,
-        groups,
+        result.drop_columns(["__tid"]),
+        [groups[tid] for tid in result.column("__tid").to_pylist()],
         source_types,
         replace_range=replace_range,
         retract=retract,

@@ -26,9 +26,10 @@ from dagster import (
 )
 
 from ..compute.bulk import derive_windows
+from ..compute.history import ONE_JOB, history_scan
 from ..compute.history import PLAN as HISTORY_PLAN
-from ..compute.history import history_scan
 from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
+from ..compute.window_job import write_window_results
 from ..faults import failpoint
 from ..notify.events import notification_events
 from ..storage.registry import StreamDefinition, load_stream
@@ -155,18 +156,24 @@ def _compute(
             # one scan for the windows and the query where the plan applies, else two
             derived = derive_windows(spark, warehouse, stream, version=history) if scan is None else scan.derived
             derived_at = time.perf_counter()
-            prepared = None if scan is None else scan.prepared
-            outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone, prepared=prepared)
+            windows = None if scan is None else scan.windows
+            if windows is not None:  # computed with their runs: only the writing is left
+                outcome = write_window_results(warehouse, stream, windows)
+            else:
+                prepared = None if scan is None else scan.prepared
+                outcome = compute_triggers(spark, warehouse, stream, derived.triggers, timezone=zone, prepared=prepared)
         # keyed by the history offset: a retried history run records nothing twice
         events = notification_events(stream, derived.triggers, outcome.results, history=True, source=f"h{history}")
         warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
         metadata = {MODE_TAG: HISTORY_MODE, "tdstream/history_offset": history}
-        metadata["tdstream/history_plan"] = HISTORY_PLAN if scan is not None else "derive, then query"
+        plan = HISTORY_PLAN if windows is None else ONE_JOB
+        metadata["tdstream/history_plan"] = plan if scan is not None else "derive, then query"
         metadata["tdstream/groups"] = len(derived.states)
         starts = [int(t["wstart"]) for t in derived.triggers if t["wstart"] is not None]
-        if starts:  # the run's partitions are at most the newest MAX_RUN_PARTITIONS of them
-            metadata["tdstream/first_window_start"] = min(starts)
+        first = min(starts) if starts else None if windows is None else windows.first_start
+        if first is not None:  # the run's partitions are at most the newest MAX_RUN_PARTITIONS of them
+            metadata["tdstream/first_window_start"] = first
         metadata["tdstream/derive_seconds"] = round(derived_at - started, 2)
         metadata["tdstream/compute_seconds"] = round(time.perf_counter() - derived_at, 2)
     else:

@@ -139,7 +139,8 @@ def aggregated_before_join(
         on = " AND ".join(f"{trigger} {op} d.__k{i}" for i, (_, op, trigger) in enumerate(keys)) or "TRUE"
         if ahead:
             trigger_columns = tuple(trigger.removeprefix("__trig.") for _, _, trigger in keys)
-            render.ctx.key_aggregates.append(KeyAggregates(inner, trigger_columns, where_sql is not None))
+            aggregates_first = KeyAggregates(inner, trigger_columns, where_sql is not None, tuple(select_list), having)
+            render.ctx.key_aggregates.append(aggregates_first)
             inner = f"SELECT * FROM {quote_ident(stream.aggregates_view)}"
     else:
         triggers = f"{quote_ident(stream.triggers_view)} __trig"

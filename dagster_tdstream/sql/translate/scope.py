@@ -77,11 +77,15 @@ class KeyAggregates:
     ``keys`` name them (``__g1`` …, ``_twstart``) — with the query's aggregates and each key's
     rows as a run (``__first``, ``__last``, ``__rows``: what deriving INTERVAL windows reads).
     ``narrowed``: the query's WHERE keeps fewer rows than the trigger saw, so the runs are not
-    the trigger's."""
+    the trigger's. ``select`` and ``having``: the query's output columns and HAVING over one
+    row of it (``d``) and its trigger's columns (``__trig``), for a run whose triggers are
+    its keys' rows themselves (``compute/window_job.py``)."""
 
     sql: str
     keys: tuple[str, ...]
     narrowed: bool
+    select: tuple[str, ...] = ()
+    having: str | None = None
 
 
 @dataclass(frozen=True)
