@@ -190,8 +190,8 @@ def history_scan(
             tbname = next(key for key, name in group_keys.items() if name == "tbname")
             aggregates = live_children(spark, warehouse, table, aggregates, tbname)
         if isinstance(trigger, WindowTrigger) and window_job.applies(stream, translated):
-            views.register_as(aggregates, aggregates_view)
-            windows = window_results(views, stream, translated, aggregates_view, clock=clock)
+            named = (triggers_view, aggregates_view)
+            windows = window_results(views, stream, translated, aggregates, named, clock=clock)
             if windows is not None:
                 yield HistoryScan(Derived([], windows.states), None, windows)
                 return

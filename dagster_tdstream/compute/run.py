@@ -130,7 +130,7 @@ def compute_triggers(
     label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
     try:
         if prepared is not None:
-            rows = _triggers_rows(stream, computable, clock)
+            rows = triggers_rows(stream, computable, clock)
             triggers_view = views.register_rows(rows, "triggers", prepared.triggers_view)
             trigger_source, trows_view = prepared.trigger_source, prepared.trows_view
             translated = prepared.translated
@@ -169,7 +169,7 @@ def _translated(
 ) -> tuple[str, SourceTable | None, str | None, TranslatedQuery]:
     """The batch's triggers view, the trigger table's source and ``%%trows`` view (the rows
     the batch's windows span), and the query translated over them."""
-    triggers_view = views.register_rows(_triggers_rows(stream, computable, clock), "triggers")
+    triggers_view = views.register_rows(triggers_rows(stream, computable, clock), "triggers")
     trigger_source = views.table(stream.trigger_table) if stream.trigger_table is not None else None
     label = trigger.spec.label_sql if isinstance(trigger, WindowTrigger) else None
     spark, warehouse = views.spark, views.warehouse
@@ -519,7 +519,7 @@ def _group_types(stream: StreamDefinition) -> list[tuple[str, pa.DataType]]:
     return types
 
 
-def _triggers_rows(stream: StreamDefinition, triggers: Sequence[dict[str, Any]], clock: Callable[[], int]) -> pa.Table:
+def triggers_rows(stream: StreamDefinition, triggers: Sequence[dict[str, Any]], clock: Callable[[], int]) -> pa.Table:
     """The triggers view's rows: one per trigger, its placeholders and group values."""
     group_types = _group_types(stream)
     tbname_index = stream.group_columns.index("tbname") if "tbname" in stream.group_columns else None

@@ -10,12 +10,13 @@ its window key, ``_twend`` one INTERVAL on, ``%%tbname`` its group's), computed 
 a lateral projection Spark folds into the row, so the query's output is a projection of the
 row with no join. One job returns every window's output with its run. Which windows closed
 and what each group keeps open are ``bulk.FixedClosing``'s array arithmetic, the rule the
-queue rows follow too; the closed windows' rows are written in one commit.
+queue rows follow too; the closed windows' rows are written in one commit. A window
+without rows that fires (no IGNORE_NODATA_TRIGGER) has no data row: those few are replayed
+and queried as triggers, over an empty data side.
 
-Where a group's closed span has a window without rows that fires (no IGNORE_NODATA_TRIGGER),
-or a query needs a trigger of its own (its group id, a notification of the history, FILL),
-``window_results`` gives None and the history takes the one-scan plan. Reads through Spark
-and writes the output; the checkpoint is the run's.
+Where a query needs a trigger of its own (its group id, a notification of the history,
+FILL, FORCE_OUTPUT), ``applies`` says no and the history takes the one-scan plan. Reads
+through Spark and writes the output; the checkpoint is the run's.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ from ..sql.translate import OutputColumn, TranslatedQuery
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews
 from ..storage.warehouse import Warehouse
-from ..triggers.engine import WindowTrigger
+from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import stream_trigger
-from ..triggers.replay import fast_interval
-from ..triggers.tick import group_identities
+from ..triggers.replay import fast_interval, interval_history
+from ..triggers.tick import group_identities, queue_record
 from .bulk import fixed_closing
-from .output import Group, write_results
-from .run import RunOutcome, query_source_types, uses
+from .output import Group, group_of, write_results
+from .query import run_query
+from .run import RunOutcome, query_source_types, triggers_rows, uses
 
 _KEPT = "__kept"  # whether HAVING keeps a window's output row
 
@@ -79,7 +81,7 @@ def applies(stream: StreamDefinition, translated: TranslatedQuery) -> bool:
 
 
 def _trigger_columns(stream: StreamDefinition, trigger: WindowTrigger, keys: tuple[str, ...], now: int) -> str:
-    """The triggers view's columns (``run._triggers_rows``) of a window, over its data row ``d``."""
+    """The triggers view's columns (``run.triggers_rows``) of a window, over its data row ``d``."""
     window = f"d.__k{keys.index('_twstart')}"
     interval = trigger.spec.interval  # type: ignore[union-attr]
     columns = {name: "CAST(NULL AS BIGINT)" for name in ("__tid", "_tgrpid", "_tprev_localtime", "_tnext_localtime")}
@@ -102,26 +104,33 @@ def window_results(
     views: SparkViews,
     stream: StreamDefinition,
     translated: TranslatedQuery,
-    aggregates_view: str,
+    aggregates: Any,
+    views_named: tuple[str, str],
     *,
     clock: Callable[[], int] = time.time_ns,
 ) -> WindowResults | None:
-    """Every window's output and run from ``aggregates_view`` (the plan's data side) in one
-    job, the closed windows' rows and each group's state; None where a group's closed span
-    has a window without rows that fires."""
+    """Every window's output and run from ``aggregates`` (the plan's data side) in one job,
+    the closed windows' rows and each group's state. ``views_named``: the names the
+    translation gave the triggers view and the data side's view. A group whose closed span
+    has windows without rows that fire (no IGNORE_NODATA_TRIGGER) is replayed here
+    (``interval_history``, few runs) and those windows' rows come from the query itself over
+    an empty data side: what it computes for a window without rows (count 0, NULLs)."""
     trigger = stream_trigger(stream)
     assert isinstance(trigger, WindowTrigger)
+    aggregates_view = views_named[1]
+    views.register_as(aggregates, aggregates_view)
     plan = translated.key_aggregates[0]
     groups = [key for key in plan.keys if key != "_twstart"]  # __g1 … in PARTITION BY order
     runs = [f"d.__k{plan.keys.index(key)} AS `{key}`" for key in groups] + ["d.__first", "d.__last", "d.__rows"]
     # HAVING drops an output row, not the run: which windows close and stay open needs them all
     kept = f"coalesce(({plan.having}), false)" if plan.having else "true"
+    now = clock()
     sql = (
         f"SELECT {', '.join(plan.select)}, {', '.join(runs)}, {kept} AS {_KEPT} FROM `{aggregates_view}` d, "
-        f"LATERAL (SELECT {_trigger_columns(stream, trigger, plan.keys, clock())}) __trig"
+        f"LATERAL (SELECT {_trigger_columns(stream, trigger, plan.keys, now)}) __trig"
     )
     found = fixed_closing(trigger, views.sql(sql).toArrow(), groups)
-    if found is None or not found.complete.all():
+    if found is None:
         return None
     rows, heads = found.runs, found.heads
     written = pa.array(found.closing) if not plan.having else pc.and_(pa.array(found.closing), rows.column(_KEPT))
@@ -129,24 +138,60 @@ def window_results(
     firsts = rows.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
     values = [[row[key] for key in groups] for row in firsts]
     identities = group_identities(views.warehouse, stream, values)
-    row_groups = []
-    states = {}
-    ends = [*heads.tolist()[1:], rows.num_rows]
     closed = np.add.reduceat(found.closing.astype(np.int64), heads) if len(heads) else heads
+    complete = found.complete
+    row_groups: list[Group] = []
+    states: dict[str, dict[str, Any]] = {}
+    empty: list[dict[str, Any]] = []  # windows without rows that fire, as queue rows
+    ends = [*heads.tolist()[1:], rows.num_rows]
     for g, (head, end) in enumerate(zip(heads.tolist(), ends, strict=True)):
-        group = Group(tuple(values[g]), identities[g])
-        row_groups += [group] * int(per_group[g])
-        states[json.dumps(values[g], default=str)] = found.state(g, head, end, head + int(closed[g])).to_json()
-    starts = found.starts[found.closing]
+        key = json.dumps(values[g], default=str)
+        row_groups += [Group(tuple(values[g]), identities[g])] * int(per_group[g])
+        if complete[g]:
+            states[key] = found.state(g, head, end, head + int(closed[g])).to_json()
+            continue
+        columns = (rows.column(name)[head:end].to_pylist() for name in ("__first", "__last", "__rows"))
+        windows, state = interval_history(trigger, zip(*columns, strict=True))
+        states[key] = state.to_json()
+        for start, stop, count in windows:
+            if count == 0:
+                empty.append(queue_record(WINDOW_CLOSE, start, stop, 0, key, "{}", identities[g], -1, now))
+    data = rows.select([f"__c{i}" for i in range(len(translated.columns))]).filter(written)
+    starts = [*found.starts[found.closing].tolist(), *(t["wstart"] for t in empty)]
+    if empty:
+        empty_rows, empty_groups = _empty_windows(views, stream, translated, aggregates, views_named, empty, now)
+        data, row_groups = pa.concat_tables([data, empty_rows.cast(data.schema)]), row_groups + empty_groups
     return WindowResults(
         translated.columns,
-        rows.select([f"__c{i}" for i in range(len(translated.columns))]).filter(written),
+        data,
         row_groups,
         len(starts),
-        int(starts.min()) if len(starts) else None,
+        min(starts) if starts else None,
         states,
         query_source_types(views, stream),
     )
+
+
+def _empty_windows(
+    views: SparkViews,
+    stream: StreamDefinition,
+    translated: TranslatedQuery,
+    aggregates: Any,
+    views_named: tuple[str, str],
+    empty: list[dict[str, Any]],
+    now: int,
+) -> tuple[pa.Table, list[Group]]:
+    """The output rows of windows without rows, and their groups: the translated query over
+    their triggers with the data side emptied (its LEFT JOIN meets no row: each aggregate as
+    over no rows, count 0)."""
+    triggers_view, aggregates_view = views_named
+    for tid, trigger in enumerate(empty):
+        trigger["id"] = tid
+    views.register_rows(triggers_rows(stream, empty, lambda: now), "triggers", triggers_view)
+    views.register_as(aggregates.limit(0), aggregates_view)
+    result = run_query(views, translated)
+    groups = [group_of(empty[tid]) for tid in result.column("__tid").to_pylist()]
+    return result.drop_columns(["__tid"]), groups
 
 
 def write_window_results(warehouse: Warehouse, stream: StreamDefinition, results: WindowResults) -> RunOutcome:
