@@ -316,11 +316,16 @@ def write_results(
     rows = pa.table(arrays, schema=arrow_schema(info.columns, with_tbname=False))
     if data.num_rows != len(row_groups):  # rows dropped above: their groups too
         row_groups = list(itertools.compress(row_groups, kept.to_pylist()))
-    child_of_group = {  # a batch's triggers share few groups: each named once
-        group: child_table_name(stream, group) if info.kind != "normal" else info.name
-        for group in dict.fromkeys(row_groups)
-    }
-    names = [child_of_group[group] for group in row_groups]
+    child_of_group: dict[Group, str] = {}  # a batch's triggers share few groups: each named once
+    names: list[str] = []
+    # rows come in runs of one group object (by trigger id, or by group): one lookup a run,
+    # not a hash of the group's values per row (0.13 s of 166,000 rows)
+    for _, run in itertools.groupby(row_groups, key=id):
+        rows_of_group = list(run)
+        group = rows_of_group[0]
+        if group not in child_of_group:
+            child_of_group[group] = child_table_name(stream, group) if info.kind != "normal" else info.name
+        names += [child_of_group[group]] * len(rows_of_group)
     new_children = _new_children(warehouse, stream, info, child_of_group)
     if info.kind != "normal":  # one batch of the super table: each row names its child table
         rows = rows.add_column(0, pa.field("tbname", pa.string(), nullable=False), pa.array(names, pa.string()))
