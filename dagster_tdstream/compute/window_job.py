@@ -107,14 +107,16 @@ def window_results(
     aggregates: Any,
     views_named: tuple[str, str],
     *,
+    live: list[str] | None = None,
     clock: Callable[[], int] = time.time_ns,
 ) -> WindowResults | None:
     """Every window's output and run from ``aggregates`` (the plan's data side) in one job,
     the closed windows' rows and each group's state. ``views_named``: the names the
-    translation gave the triggers view and the data side's view. A group whose closed span
-    has windows without rows that fire (no IGNORE_NODATA_TRIGGER) is replayed here
-    (``interval_history``, few runs) and those windows' rows come from the query itself over
-    an empty data side: what it computes for a window without rows (count 0, NULLs)."""
+    translation gave the triggers view and the data side's view; ``live``: the child tables
+    whose windows are kept (grouped by tbname: a dropped child's rows may outlive it). A
+    group whose closed span has windows without rows that fire (no IGNORE_NODATA_TRIGGER) is
+    replayed here (``interval_history``, few runs) and those windows' rows come from the
+    query itself over an empty data side: what it computes for a window without rows."""
     trigger = stream_trigger(stream)
     assert isinstance(trigger, WindowTrigger)
     aggregates_view = views_named[1]
@@ -129,7 +131,11 @@ def window_results(
         f"SELECT {', '.join(plan.select)}, {', '.join(runs)}, {kept} AS {_KEPT} FROM `{aggregates_view}` d, "
         f"LATERAL (SELECT {_trigger_columns(stream, trigger, plan.keys, now)}) __trig"
     )
-    found = fixed_closing(trigger, views.sql(sql).toArrow(), groups)
+    collected = views.sql(sql).toArrow()
+    if live is not None:
+        tbname = f"__g{stream.group_columns.index('tbname') + 1}"
+        collected = collected.filter(pc.is_in(collected.column(tbname), value_set=pa.array(live, pa.string())))
+    found = fixed_closing(trigger, collected, groups)
     if found is None:
         return None
     rows, heads = found.runs, found.heads

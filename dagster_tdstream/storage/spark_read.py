@@ -179,6 +179,14 @@ def virtual_frame(
     return with_tags(spark, warehouse, info, data) if info.kind == "child" and tags else data
 
 
+def live_child_names(warehouse: Warehouse, info: TableInfo) -> list[str] | None:
+    """The existing child tables of a super table, by name (None for a child table: its rows
+    are all its own)."""
+    if info.kind == "child":
+        return None
+    return [child.name for child in warehouse.catalog.child_tables(info.db, info.name)]
+
+
 def live_children(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any, column: str) -> Any:
     """The rows of ``data`` whose ``column`` names an existing child table of ``info`` (a
     dropped child's rows may outlive it in an older version or a crash before its delete):
@@ -187,9 +195,9 @@ def live_children(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any, 
     swell the plan)."""
     from pyspark.sql import functions as F
 
-    if info.kind == "child":
+    names = live_child_names(warehouse, info)
+    if names is None:
         return data
-    names = [child.name for child in warehouse.catalog.child_tables(info.db, info.name)]
     if len(names) <= IN_LIST_LIMIT:
         return data.where(F.col(column).isin(names) if names else F.lit(False))
     children = spark.createDataFrame(pa.table({column: pa.array(names, pa.string())}))
