@@ -186,16 +186,16 @@ def history_scan(
             yield None
             return
         group_keys, label = keys
-        aggregates = views.sql(translated.key_aggregates[0].sql)
         if isinstance(trigger, WindowTrigger) and window_job.applies(stream, translated):
             # the rows come here, where a dropped child's are left out: a filter on the
             # grouping key in Spark is pushed below the grouping, to every row (1.8 s of 50 M)
             live = live_child_names(warehouse, table) if late_children else None
             named = (triggers_view, aggregates_view)
-            windows = window_results(views, stream, translated, aggregates, named, live=live, clock=clock)
+            windows = window_results(views, stream, translated, named, live=live, clock=clock)
             if windows is not None:
                 yield HistoryScan(Derived([], windows.states), None, windows)
                 return
+        aggregates = views.sql(translated.key_aggregates[0].sql)
         if late_children:
             tbname = next(key for key, name in group_keys.items() if name == "tbname")
             aggregates = live_children(spark, warehouse, table, aggregates, tbname)

@@ -104,14 +104,14 @@ def window_results(
     views: SparkViews,
     stream: StreamDefinition,
     translated: TranslatedQuery,
-    aggregates: Any,
     views_named: tuple[str, str],
     *,
     live: list[str] | None = None,
     clock: Callable[[], int] = time.time_ns,
 ) -> WindowResults | None:
-    """Every window's output and run from ``aggregates`` (the plan's data side) in one job,
-    the closed windows' rows and each group's state. ``views_named``: the names the
+    """Every window's output and run from the plan's data side in one job (its query inlined:
+    no view registered, a round trip less), the closed windows' rows and each group's state.
+    ``views_named``: the names the
     translation gave the triggers view and the data side's view; ``live``: the child tables
     whose windows are kept (grouped by tbname: a dropped child's rows may outlive it). A
     group whose closed span has windows without rows that fire (no IGNORE_NODATA_TRIGGER) is
@@ -119,8 +119,6 @@ def window_results(
     query itself over an empty data side: what it computes for a window without rows."""
     trigger = stream_trigger(stream)
     assert isinstance(trigger, WindowTrigger)
-    aggregates_view = views_named[1]
-    views.register_as(aggregates, aggregates_view)
     plan = translated.key_aggregates[0]
     groups = [key for key in plan.keys if key != "_twstart"]  # __g1 … in PARTITION BY order
     runs = [f"d.__k{plan.keys.index(key)} AS `{key}`" for key in groups] + ["d.__first", "d.__last", "d.__rows"]
@@ -128,7 +126,7 @@ def window_results(
     kept = f"coalesce(({plan.having}), false)" if plan.having else "true"
     now = clock()
     sql = (
-        f"SELECT {', '.join(plan.select)}, {', '.join(runs)}, {kept} AS {_KEPT} FROM `{aggregates_view}` d, "
+        f"SELECT {', '.join(plan.select)}, {', '.join(runs)}, {kept} AS {_KEPT} FROM ({plan.sql}) d, "
         f"LATERAL (SELECT {_trigger_columns(stream, trigger, plan.keys, now)}) __trig"
     )
     collected = views.sql(sql).toArrow()
@@ -165,7 +163,7 @@ def window_results(
     data = rows.select([f"__c{i}" for i in range(len(translated.columns))]).filter(written)
     starts = [*found.starts[found.closing].tolist(), *(t["wstart"] for t in empty)]
     if empty:
-        empty_rows, empty_groups = _empty_windows(views, stream, translated, aggregates, views_named, empty, now)
+        empty_rows, empty_groups = _empty_windows(views, stream, translated, views_named, empty, now)
         data, row_groups = pa.concat_tables([data, empty_rows.cast(data.schema)]), row_groups + empty_groups
     return WindowResults(
         translated.columns,
@@ -182,7 +180,6 @@ def _empty_windows(
     views: SparkViews,
     stream: StreamDefinition,
     translated: TranslatedQuery,
-    aggregates: Any,
     views_named: tuple[str, str],
     empty: list[dict[str, Any]],
     now: int,
@@ -194,7 +191,7 @@ def _empty_windows(
     for tid, trigger in enumerate(empty):
         trigger["id"] = tid
     views.register_rows(triggers_rows(stream, empty, lambda: now), "triggers", triggers_view)
-    views.register_as(aggregates.limit(0), aggregates_view)
+    views.register_as(views.sql(f"SELECT * FROM ({translated.key_aggregates[0].sql}) LIMIT 0"), aggregates_view)
     result = run_query(views, translated)
     groups = [group_of(empty[tid]) for tid in result.column("__tid").to_pylist()]
     return result.drop_columns(["__tid"]), groups
