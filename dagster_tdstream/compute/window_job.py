@@ -61,10 +61,10 @@ class WindowResults:
 
 
 def applies(stream: StreamDefinition, translated: TranslatedQuery) -> bool:
-    """Whether the windows only close (no WINDOW_OPEN, MAX_DELAY or clock) and nothing of the
-    history needs a trigger of its own: a table to write, no notification of the history, no
-    FILL or FORCE_OUTPUT, no group id in the query, and the query one projection of its
-    aggregate-first plan."""
+    """Whether the windows only close (no WINDOW_OPEN, no processing-time close; a history
+    fires no MAX_DELAY) and nothing of the history needs a trigger of its own: a table to
+    write, no notification of the history, no FILL or FORCE_OUTPUT, no group id in the
+    query, and the query one projection of its aggregate-first plan."""
     stmt = stream.stmt
     if not fast_interval(stream_trigger(stream)):
         return False
