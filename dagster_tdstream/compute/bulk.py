@@ -21,7 +21,7 @@ import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import reduce
+from functools import cached_property, reduce
 from typing import Any
 
 import numpy as np
@@ -203,19 +203,33 @@ class FixedClosing:
     last: np.ndarray  # each group's last closed window start (below its first when none is)
     earliest: np.ndarray  # each group's first window start
 
-    @property
+    @cached_property
+    def closed(self) -> np.ndarray:
+        """Per group: its closed windows with rows (the first of its runs)."""
+        return np.add.reduceat(self.closing.astype(np.int64), self.heads) if len(self.heads) else self.heads
+
+    @cached_property
     def complete(self) -> np.ndarray:
         """Per group: whether its closed windows are all windows with rows — IGNORE_NODATA_TRIGGER,
         or no window of its closed span without rows (such a window fires too)."""
         if self.trigger.ignore_nodata:
             return np.ones(len(self.heads), dtype=bool)
-        closed = np.add.reduceat(self.closing.astype(np.int64), self.heads)
         sliding = self.trigger.spec.sliding  # type: ignore[union-attr]
         spanned = np.where(self.last >= self.earliest, (self.last - self.earliest) // sliding + 1, 0)
-        return closed == spanned
+        return self.closed == spanned
 
-    def state(self, g: int, head: int, end: int, shut: int) -> GroupState:
-        """Group ``g``'s state (its runs ``runs[head:end]``, closed up to ``shut``)."""
+    def group(self, g: int) -> tuple[list[tuple[int, int, int]] | None, GroupState]:
+        """Group ``g``'s final state, and — where its closed span has windows without rows —
+        its closed windows as (start, end, rows), replayed by ``interval_history`` over its
+        runs; None for a complete group, whose closed windows are its first ``closed[g]``
+        runs."""
+        head = int(self.heads[g])
+        end = head + int(self.sizes[g])
+        if not self.complete[g]:
+            runs = (self.runs.column(name)[head:end].to_pylist() for name in ("__first", "__last", "__rows"))
+            windows, replayed = interval_history(self.trigger, zip(*runs, strict=True))
+            return windows, replayed
+        shut = head + int(self.closed[g])
         spec = self.trigger.spec
         state = GroupState(max_ts=int(self.newest[g]))
         last, earliest = int(self.last[g]), int(self.earliest[g])
@@ -224,7 +238,7 @@ class FixedClosing:
         state.counts = dict(zip(self.starts[shut:end].tolist(), rows, strict=True))  # the open windows
         if self.trigger.max_delay is not None:  # their delay counts from the replay's clock, 0
             state.opened_at = dict.fromkeys(state.counts, 0)
-        return state
+        return None, state
 
 
 def fixed_closing(trigger: Trigger, runs: pa.Table, names: Sequence[str]) -> FixedClosing | None:
@@ -254,35 +268,22 @@ def fixed_interval_outcomes(
     trigger: WindowTrigger, runs: pa.Table, names: Sequence[str], group_columns: Sequence[str]
 ) -> list[tuple[str, Windows, dict[str, Any]]] | None:
     """``replay.interval_history`` of every group of ``runs`` at once (``FixedClosing``): each
-    group's (key, closed windows, final state), groups in order of their values. A group
-    whose closed span has windows without rows fires those too (unless
-    IGNORE_NODATA_TRIGGER): it goes through ``interval_history``. None where the trigger is
-    not of that kind (``tests/test_history.py`` holds the two equal)."""
-    if runs.num_rows == 0:
-        return [] if fixed_closing(trigger, runs, names) is not None else None
+    group's (key, closed windows, final state), groups in order of their values. None where
+    the trigger is not of that kind (``tests/test_history.py`` holds the two equal)."""
     found = fixed_closing(trigger, runs, names)
     if found is None:
         return None
-    spec = trigger.spec
-    runs, complete = found.runs, found.complete
-    closed = np.add.reduceat(found.closing.astype(np.int64), found.heads)
-    starts_list, rows_list = found.starts.tolist(), runs.column("__rows").to_pylist()
-    first_list, last_list = runs.column("__first").to_pylist(), runs.column("__last").to_pylist()
+    interval = trigger.spec.interval  # type: ignore[union-attr]
+    starts_list, rows_list = found.starts.tolist(), found.runs.column("__rows").to_pylist()
     outcomes = []
-    for g, (head, size) in enumerate(zip(found.heads.tolist(), found.sizes.tolist(), strict=True)):
-        key = json.dumps([runs.column(c)[head].as_py() for c in group_columns], default=str)
-        end = head + size
-        if not complete[g]:  # empty windows fire too
-            part = zip(first_list[head:end], last_list[head:end], rows_list[head:end], strict=True)
-            windows, state = interval_history(trigger, part)
-            outcomes.append((key, [(WINDOW_CLOSE, s, e, n, "{}") for s, e, n in windows], state.to_json()))
-            continue
-        shut = head + int(closed[g])
-        windows = [
-            (WINDOW_CLOSE, s, s + spec.interval, n, "{}")  # type: ignore[union-attr]
-            for s, n in zip(starts_list[head:shut], rows_list[head:shut], strict=True)
-        ]
-        outcomes.append((key, windows, found.state(g, head, end, shut).to_json()))
+    for g, head in enumerate(found.heads.tolist()):
+        key = json.dumps([found.runs.column(c)[head].as_py() for c in group_columns], default=str)
+        replayed, state = found.group(g)
+        if replayed is None:  # the group's first closed[g] runs, each its window
+            shut = head + int(found.closed[g])
+            pairs = zip(starts_list[head:shut], rows_list[head:shut], strict=True)
+            replayed = [(start, start + interval, rows) for start, rows in pairs]
+        outcomes.append((key, [(WINDOW_CLOSE, s, e, n, "{}") for s, e, n in replayed], state.to_json()))
     return outcomes
 
 

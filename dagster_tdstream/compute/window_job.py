@@ -39,7 +39,7 @@ from ..storage.spark_read import SparkViews
 from ..storage.warehouse import Warehouse
 from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import stream_trigger
-from ..triggers.replay import fast_interval, interval_history
+from ..triggers.replay import fast_interval
 from ..triggers.tick import group_identities, queue_record
 from .bulk import fixed_closing
 from .output import Group, group_of, write_results
@@ -111,8 +111,8 @@ def window_results(
 ) -> WindowResults | None:
     """Every window's output and run from the plan's data side in one job (its query inlined:
     no view registered, a round trip less), the closed windows' rows and each group's state.
-    ``views_named``: the names the
-    translation gave the triggers view and the data side's view; ``live``: the child tables
+    ``views_named``: the names the translation gave the triggers view and the data side's
+    view; ``live``: the child tables
     whose windows are kept (grouped by tbname: a dropped child's rows may outlive it). A
     group whose closed span has windows without rows that fire (no IGNORE_NODATA_TRIGGER) is
     replayed here (``interval_history``, few runs) and those windows' rows come from the
@@ -142,22 +142,15 @@ def window_results(
     firsts = rows.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
     values = [[row[key] for key in groups] for row in firsts]
     identities = group_identities(views.warehouse, stream, values)
-    closed = np.add.reduceat(found.closing.astype(np.int64), heads) if len(heads) else heads
-    complete = found.complete
     row_groups: list[Group] = []
     states: dict[str, dict[str, Any]] = {}
     empty: list[dict[str, Any]] = []  # windows without rows that fire, as queue rows
-    ends = [*heads.tolist()[1:], rows.num_rows]
-    for g, (head, end) in enumerate(zip(heads.tolist(), ends, strict=True)):
+    for g in range(len(heads)):
         key = json.dumps(values[g], default=str)
         row_groups += [Group(tuple(values[g]), identities[g])] * int(per_group[g])
-        if complete[g]:
-            states[key] = found.state(g, head, end, head + int(closed[g])).to_json()
-            continue
-        columns = (rows.column(name)[head:end].to_pylist() for name in ("__first", "__last", "__rows"))
-        windows, state = interval_history(trigger, zip(*columns, strict=True))
+        replayed, state = found.group(g)
         states[key] = state.to_json()
-        for start, stop, count in windows:
+        for start, stop, count in replayed or ():
             if count == 0:
                 empty.append(queue_record(WINDOW_CLOSE, start, stop, 0, key, "{}", identities[g], -1, now))
     data = rows.select([f"__c{i}" for i in range(len(translated.columns))]).filter(written)

@@ -171,7 +171,7 @@ def _compute(
         metadata["tdstream/history_plan"] = plan if scan is not None else "derive, then query"
         metadata["tdstream/groups"] = len(derived.states)
         starts = [int(t["wstart"]) for t in derived.triggers if t["wstart"] is not None]
-        first = min(starts) if starts else None if windows is None else windows.first_start
+        first = windows.first_start if windows is not None else min(starts, default=None)
         if first is not None:  # the run's partitions are at most the newest MAX_RUN_PARTITIONS of them
             metadata["tdstream/first_window_start"] = first
         metadata["tdstream/derive_seconds"] = round(derived_at - started, 2)
