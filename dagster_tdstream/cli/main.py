@@ -22,6 +22,7 @@ from ..sql.timeunits import TimeValueError, resolve_timezone
 from ..sql.validate import validate_create_stream
 from .options import warehouse_option as _warehouse
 from .spark import spark as spark_commands
+from .writer import writer as writer_commands
 
 TIMEZONE_ENV = "TDSTREAM_TIMEZONE"
 
@@ -455,3 +456,8 @@ def subscribe(
 
 
 main.add_command(spark_commands)
+main.add_command(writer_commands)
+
+
+if __name__ == "__main__":  # `python -m dagster_tdstream.cli.main`: how `tdstream writer start` starts it
+    main()

@@ -36,6 +36,7 @@ from .intents import WRITE_KEY, Intents, StagedTable
 from .maintenance import maintain_after
 from .types import arrow_schema, arrow_type
 from .writelock import WriteLocks
+from .writer import WriterClient, WriterLost
 
 DEFAULT_WAREHOUSE = ".tdstream"
 WAREHOUSE_ENV = "TDSTREAM_WAREHOUSE"
@@ -96,6 +97,7 @@ class Warehouse:
         self.locks = WriteLocks(local_path(self.uri) if is_local(self.uri) else None)
         self.intents = Intents(local_path(self.uri) if is_local(self.uri) else None)
         self.spool = GroupCommit(local_path(self.uri) if is_local(self.uri) else None)
+        self.writer = WriterClient(local_path(self.uri) if is_local(self.uri) else None, url)
         # (db, table, table id) → (version, table name → key spans or None): the catalog's
         # spans as this process last wrote or read them, valid while the table is at that version
         self._spans: dict[tuple[str, str, str], tuple[int, dict[str, keyspans.Spans | None]]] = {}
@@ -107,6 +109,7 @@ class Warehouse:
         return FunctionCatalog(self.catalog.engine)
 
     def close(self) -> None:
+        self.writer.close()
         self.catalog.dispose()
 
     # ------------------------------------------------------------------ databases
@@ -366,9 +369,14 @@ class Warehouse:
     def _write_grouped(
         self, target: StagedTable, table: pa.Table, batch_min: dict[str, int], batch_max: dict[str, int]
     ) -> WriteResult:
-        """One table's rows: committed at once if its lock is free (with any requests staged
-        for it), else staged for group commit and committed by the next lock holder."""
+        """One table's rows: sent to the warehouse's writer if one runs, else committed at once
+        if its lock is free (with any requests staged for it), else staged for group commit
+        and committed by the next lock holder."""
         db, storage = target.db, target.storage
+        if self.writer.connected():
+            sent = self._write_through_writer(target, table)
+            if sent is not None:
+                return sent
         with self.locks.hold_if_free(db, storage) as free:
             if free:
                 version, merged = self._lead(target, (table, batch_min, batch_max))
@@ -384,17 +392,41 @@ class Warehouse:
             if held and not committed():  # nobody committed it meanwhile: this writer leads the next group
                 self._lead(target, None)
                 committed()
-        outcome = settled[0] if settled else None
-        if outcome is None or "error" in outcome:
-            reason = "its group's commit did not settle it" if outcome is None else outcome["error"]
-            raise CatalogError(f"the write was not committed: {reason}")
-        return WriteResult(table.num_rows, bool(outcome["merged"]), {f"{db}.{storage}": int(outcome["version"])})  # type: ignore[call-overload]
+        return _settled(table.num_rows, db, storage, settled[0] if settled else None)
+
+    def _write_through_writer(self, target: StagedTable, table: pa.Table) -> WriteResult | None:
+        """One table's rows committed by the warehouse's writer; None when the writer went away
+        before committing them (the caller writes them itself)."""
+        db, storage = target.db, target.storage
+        after = self.delta.latest_version(db, storage)
+        try:
+            answer = self.writer.write(target, table)
+        except WriterLost as lost:  # committed, or not: the log says which
+            request_id = str(lost)
+            for version, value in self.delta.commit_values(db, storage, after + 1, GROUP_KEY):
+                if request_id in value.split(","):
+                    return WriteResult(table.num_rows, False, {f"{db}.{storage}": version})
+            return None
+        if "declined" in answer:  # the writer is stopping
+            self.writer.close()
+            return None
+        return _settled(table.num_rows, db, storage, answer)
+
+    def commit_group(self, target: StagedTable, received: Sequence[tuple[str, pa.Table]]) -> tuple[int, bool]:
+        """The writer's commit of requests it received (id, checked rows), with whatever other
+        processes staged for the table, as one write under its lock; returns (version, merged)."""
+        with self.locks.hold([(target.db, target.storage)]):
+            return self._lead(target, None, received)
 
     def _lead(
-        self, target: StagedTable, own: tuple[pa.Table, dict[str, int], dict[str, int]] | None
+        self,
+        target: StagedTable,
+        own: tuple[pa.Table, dict[str, int], dict[str, int]] | None,
+        received: Sequence[tuple[str, pa.Table]] = (),
     ) -> tuple[int, bool]:
-        """Holding the table's lock: commit the staged requests (and ``own`` rows with their key
-        spans, last) as one write and settle every request; returns (version, merged)."""
+        """Holding the table's lock: commit the staged requests, the writer's ``received``
+        ones (id, rows) and ``own`` rows with their key spans, in that order, as one write and
+        settle every staged request; returns (version, merged)."""
         db, storage = target.db, target.storage
         requests = self.spool.waiting(db, storage)
         if requests:  # a leader killed after its commit left these settled in the log only
@@ -407,16 +439,17 @@ class Warehouse:
             for request in [r for r in requests if r.id in committed]:
                 self.spool.settle([request], {"version": committed[request.id], "merged": False})
             requests = [r for r in requests if r.id not in committed]
-        parts = [r.rows() for r in requests] + ([own[0]] if own is not None else [])
+        parts = [r.rows() for r in requests] + [rows for _, rows in received] + ([own[0]] if own is not None else [])
         if not parts:
             return self.delta.latest_version(db, storage), False
-        if own is not None and not requests:  # its own rows alone: spans found with them (_storage_rows)
+        if own is not None and len(parts) == 1:  # its own rows alone: spans found with them (_storage_rows)
             rows, batch_min, batch_max = own
         else:
             keys = ["tbname", target.primary_key] if target.is_super else [target.primary_key]
             rows = _last_per_key(pa.concat_tables(parts), keys) if len(parts) > 1 else parts[0]
             batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
-        extra = {GROUP_KEY: ",".join(r.id for r in requests)} if requests else None
+        ids = [r.id for r in requests] + [request_id for request_id, _ in received]
+        extra = {GROUP_KEY: ",".join(ids)} if ids else None
         try:
             version, merged = self._write_table(target, rows, batch_min, batch_max, extra)
         except BaseException as exc:
@@ -760,6 +793,15 @@ def _key_spans(data: pa.Table, pk: str, is_super: bool, name: str) -> tuple[dict
     batch_min = {n: low for n, low in zip(names, lows, strict=True) if low is not None}
     batch_max = {n: high for n, high in zip(names, highs, strict=True) if high is not None}
     return batch_min, batch_max
+
+
+def _settled(rows: int, db: str, storage: str, outcome: dict[str, Any] | None) -> WriteResult:
+    """The result of rows another process committed (a group's leader, the writer), or the
+    error it met."""
+    if outcome is None or "error" in outcome:
+        reason = "its group's commit did not settle it" if outcome is None else outcome["error"]
+        raise CatalogError(f"the write was not committed: {reason}")
+    return WriteResult(rows, bool(outcome["merged"]), {f"{db}.{storage}": int(outcome["version"])})
 
 
 def _staged_table(table: TableInfo) -> StagedTable:

@@ -1,0 +1,137 @@
+"""The warehouse's writer process (``tdstream writer``): many client processes' small writes
+group-committed by one long-lived process over a local socket, acknowledged only once
+committed, and each row exactly once when the writer is killed before or after its commit.
+No Spark: rows are read back with delta-rs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dagster_tdstream import Session, Warehouse, WriteRejectedError
+from dagster_tdstream.cli.main import main
+from dagster_tdstream.faults import FAILPOINT_ENV
+from dagster_tdstream.storage.groupcommit import GROUP_KEY
+from dagster_tdstream.storage.writer import address, request
+
+SCHEMA = (
+    "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+    "create table c1 using st tags (1); create table c2 using st tags (2); create table c3 using st tags (3)"
+)
+
+_CLIENT = """
+import sys
+from dagster_tdstream import Session, Warehouse
+session = Session(Warehouse(sys.argv[1]), database="d", timezone="UTC")
+for statement in sys.argv[2:]:
+    session.execute(statement)
+"""
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _status(warehouse: Warehouse) -> dict[str, object] | None:
+    return request(address(Path(warehouse.uri), warehouse.catalog.url), {"op": "status"})
+
+
+def _keys(warehouse: Warehouse) -> list[tuple[str, int, int]]:
+    return sorted((r["tbname"], r["ts"], r["v"]) for r in warehouse.read_table(warehouse.table("d", "st")).to_pylist())
+
+
+@pytest.fixture
+def writer_of(warehouse: Warehouse) -> Iterator[Warehouse]:
+    """The warehouse with its schema; its writer is stopped after the test, whatever happened."""
+    Session(warehouse, timezone="UTC").execute(SCHEMA)
+    yield warehouse
+    if _status(warehouse) is not None:
+        _cli("writer", "stop", "--warehouse", warehouse.uri)
+
+
+def _start(warehouse: Warehouse, failpoint: str | None = None) -> str:
+    env = {FAILPOINT_ENV: failpoint} if failpoint is not None else {}
+    result = CliRunner(env=env).invoke(main, ["writer", "start", "--warehouse", warehouse.uri, "--idle-seconds", "120"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _client(warehouse: Warehouse, *statements: str) -> subprocess.Popen[bytes]:
+    env = {key: value for key, value in os.environ.items() if key != FAILPOINT_ENV}
+    return subprocess.Popen([sys.executable, "-c", _CLIENT, warehouse.uri, *statements], env=env)
+
+
+def test_writes_of_several_processes_are_committed_by_the_writer_in_groups(writer_of: Warehouse) -> None:
+    warehouse = writer_of
+    assert "ready in" in _start(warehouse)
+    assert "0 writes in 0 commits" in _cli("writer", "status", "--warehouse", warehouse.uri)
+    before = warehouse.delta.latest_version("d", "st")
+    with warehouse.locks.hold([("d", "st")]):  # a long write holds the table: the requests queue up
+        clients = [_client(warehouse, f"insert into c{n} values ({n}000, {n})") for n in (1, 2, 3)]
+        deadline = time.monotonic() + 60
+        while (_status(warehouse) or {}).get("queued") != 3:
+            assert time.monotonic() < deadline, "the clients' writes never reached the writer"
+            time.sleep(0.05)
+        # nothing is acknowledged while nothing is committed
+        assert [client.poll() for client in clients] == [None, None, None]
+    assert [client.wait(timeout=120) for client in clients] == [0, 0, 0]
+    assert _keys(warehouse) == [("c1", 1000, 1), ("c2", 2000, 2), ("c3", 3000, 3)]
+    commits = warehouse.delta.latest_version("d", "st") - before
+    assert commits < 3  # the first request alone at most; the ones that queued behind it together
+    grouped = [value.split(",") for _, value in warehouse.delta.commit_values("d", "st", before + 1, GROUP_KEY)]
+    assert sorted(len(ids) for ids in grouped) == ([3] if commits == 1 else [1, 2])
+    status = _status(warehouse)
+    assert status is not None and (status["requests"], status["commits"], status["queued"]) == (3, commits, 0)
+    # this process's session finds the writer too; a rejected statement never reaches it
+    session = Session(Warehouse(warehouse.uri), database="d", timezone="UTC")
+    with pytest.raises(WriteRejectedError):
+        session.execute("insert into c1 values (5000, 'five')")
+    session.execute("insert into c1 values (1000, 10) (6000, 6)")  # an update and a new key
+    assert _keys(warehouse) == [("c1", 1000, 10), ("c1", 6000, 6), ("c2", 2000, 2), ("c3", 3000, 3)]
+    status = _status(warehouse)
+    assert status is not None and status["requests"] == 4
+    # stopped, the writer answers no more, and writes go on without it
+    assert "stopped the writer" in _cli("writer", "stop", "--warehouse", warehouse.uri)
+    assert "no writer is running" in _cli("writer", "status", "--warehouse", warehouse.uri)
+    assert _client(warehouse, "insert into c2 values (7000, 7)").wait(timeout=120) == 0
+    assert ("c2", 7000, 7) in _keys(warehouse)
+
+
+@pytest.mark.parametrize("failpoint", ["writer-received", "after-data-commit"])
+def test_a_writer_killed_before_or_after_its_commit_leaves_each_write_once(
+    writer_of: Warehouse, failpoint: str
+) -> None:
+    warehouse = writer_of
+    _start(warehouse, failpoint)
+    pid = _status(warehouse)
+    assert pid is not None
+    before = warehouse.delta.latest_version("d", "st")
+    # the writer dies with the request in hand: before committing it (the client then writes
+    # it itself) or after (the client finds its id in the commit and does not write it again);
+    # either way the client's INSERT succeeds, and the rows are there once
+    client = _client(warehouse, "insert into c1 values (1000, 1) (2000, 2)")
+    assert client.wait(timeout=120) == 0
+    assert _status(warehouse) is None  # the writer is gone
+    assert _keys(warehouse) == [("c1", 1000, 1), ("c1", 2000, 2)]
+    assert warehouse.delta.latest_version("d", "st") == before + 1  # one commit, by one of them
+    # the catalog's marks are caught up from that commit: writing the rows again updates them
+    Session(Warehouse(warehouse.uri), database="d", timezone="UTC").execute("insert into c1 values (2000, 20)")
+    assert _keys(warehouse) == [("c1", 1000, 1), ("c1", 2000, 20)]
+
+
+def test_a_second_writer_of_the_same_warehouse_is_refused(writer_of: Warehouse) -> None:
+    warehouse = writer_of
+    _start(warehouse)
+    assert "writer (pid" in _start(warehouse)  # start again: reports the one running
+    serve = CliRunner().invoke(main, ["writer", "serve", "--warehouse", warehouse.uri])
+    assert serve.exit_code == 1
+    assert "a writer already serves the warehouse" in serve.output
