@@ -4,7 +4,9 @@ Times single-row INSERT statements (one Delta commit each, the way a device clie
 multi-row INSERTs of 1,000 / 10,000 / 100,000 rows spread over the child tables, and
 ``Session.write`` of an Arrow table of 1,000,000 rows into the super table (child tables
 from its ``tbname`` column), and single-row INSERTs from ``--clients`` processes at once
-(group commit: how many statements/s in all, in how many Delta commits). Every measurement
+(group commit: how many statements/s in all, in how many Delta commits), once committing among
+themselves and once through the warehouse's writer process (``tdstream writer start``). Every
+measurement
 checks afterwards that the table holds the rows written. No Spark is involved: the write
 path is Parquet, the Delta log and the catalog. Results go to ``bench/results/ingest.json``.
 
@@ -86,11 +88,22 @@ sys.stdout.write("done\\n"); sys.stdout.flush()
 """
 
 
-def concurrent(clients: int, statements: int) -> tuple[float, int]:
+def _writer(command: str, root: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "dagster_tdstream.cli.main", "writer", command, "--warehouse", root],
+        check=True,
+        capture_output=True,
+    )
+
+
+def concurrent(clients: int, statements: int, writer: bool = False) -> tuple[float, int]:
     """Single-row INSERT statements/s summed over ``clients`` processes writing one super table
-    at once (group commit combines them), and how many Delta commits they took."""
+    at once (group commit combines them; ``writer``: through the warehouse's writer process),
+    and how many Delta commits they took."""
     with tempfile.TemporaryDirectory() as tmp:
         session = _session(f"{tmp}/wh")
+        if writer:
+            _writer("start", f"{tmp}/wh")
         before = session.warehouse.delta.latest_version("d", "st")
         procs = [
             subprocess.Popen(
@@ -114,6 +127,8 @@ def concurrent(clients: int, statements: int) -> tuple[float, int]:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "done"
         elapsed = time.perf_counter() - started
         assert [proc.wait(timeout=600) for proc in procs] == [0] * clients
+        if writer:
+            _writer("stop", f"{tmp}/wh")
         assert _stored(session) == clients * statements
         commits = session.warehouse.delta.latest_version("d", "st") - before
         return clients * statements / elapsed, commits
@@ -153,6 +168,9 @@ def main() -> None:
     rate, commits = concurrent(args.clients, args.statements)
     results[f"concurrent_{args.clients}_clients_statements_per_s"] = round(rate, 1)
     results[f"concurrent_{args.clients}_clients_delta_commits"] = commits
+    rate, commits = concurrent(args.clients, args.statements, writer=True)
+    results[f"concurrent_{args.clients}_clients_through_writer_statements_per_s"] = round(rate, 1)
+    results[f"concurrent_{args.clients}_clients_through_writer_delta_commits"] = commits
     print(json.dumps(results, indent=2))
     out = Path(__file__).parent / "results" / "ingest.json"
     out.parent.mkdir(exist_ok=True)
