@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from dagster_tdstream import Session, Warehouse, WriteRejectedError
 from dagster_tdstream.cli.main import main
 from dagster_tdstream.faults import FAILPOINT_ENV
 from dagster_tdstream.storage.groupcommit import GROUP_KEY
-from dagster_tdstream.storage.writer import address, request
+from dagster_tdstream.storage.writer import WriterServer, address, request
 
 SCHEMA = (
     "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
@@ -135,3 +136,26 @@ def test_a_second_writer_of_the_same_warehouse_is_refused(writer_of: Warehouse) 
     serve = CliRunner().invoke(main, ["writer", "serve", "--warehouse", warehouse.uri])
     assert serve.exit_code == 1
     assert "a writer already serves the warehouse" in serve.output
+
+
+def test_the_writer_serves_only_processes_of_its_own_user(
+    writer_of: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warehouse = writer_of
+    server = WriterServer(Warehouse(warehouse.uri), Path(warehouse.uri), idle_seconds=60)
+    serving = threading.Thread(target=server.serve, daemon=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "getuid", lambda: os.geteuid() + 4242)  # the writer runs as another user
+        serving.start()
+        deadline = time.monotonic() + 30
+        while not server.listening.is_set():
+            assert time.monotonic() < deadline, "the writer never listened"
+            time.sleep(0.01)
+        assert _status(warehouse) is None  # refused: this process's user is not the writer's
+        # a refused client writes itself: the statement succeeds, the writer received nothing
+        Session(Warehouse(warehouse.uri), database="d", timezone="UTC").execute("insert into c1 values (1000, 1)")
+        assert _keys(warehouse) == [("c1", 1000, 1)]
+        assert server.requests == 0
+    server.stop()
+    serving.join(timeout=30)
+    assert not serving.is_alive()

@@ -16,8 +16,9 @@ polling, and every client process keeps its own catalog and Delta state warm; 8 
 cores were CPU-bound near 380 statements/s. Here a request is one send and one blocking
 receive. The socket is in Linux's abstract namespace, named after the warehouse's folder and
 catalog: nothing to clean up after a crash, and a second writer of the same warehouse cannot
-bind it. Local warehouses only (the table locks are local). Must not decide how rows are
-written (the warehouse does) nor parse SQL.
+bind it; it has no file permissions, so the writer serves only processes of its own user.
+Local warehouses only (the table locks are local). Must not decide how rows are written (the
+warehouse does) nor parse SQL.
 """
 
 from __future__ import annotations
@@ -95,15 +96,16 @@ def _arrow_bytes(rows: pa.Table) -> bytes:
 
 
 def request(name: bytes, header: dict[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:
-    """One request on a connection of its own (status, stop); None when no writer listens."""
+    """One request on a connection of its own (status, stop); None when no writer listens or
+    it refuses this process."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(name)
-        except (ConnectionRefusedError, FileNotFoundError):
+            _send(sock, header)
+            return _receive(sock)[0]
+        except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, FileNotFoundError):
             return None
-        _send(sock, header)
-        return _receive(sock)[0]
 
 
 class WriterClient:
@@ -166,6 +168,14 @@ class WriterClient:
             self._sock = None
 
 
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the connecting process runs as this one's user: an abstract socket has no file
+    permissions, so without this any local user could write through the writer (a refused
+    client writes itself)."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid == os.getuid()
+
+
 @dataclass
 class _Request:
     id: str
@@ -187,6 +197,7 @@ class WriterServer:
         self.idle_seconds = idle_seconds
         self._queue: queue.Queue[_Request] = queue.Queue()
         self._stopping = threading.Event()
+        self.listening = threading.Event()  # set once the socket is bound
         self._lock = threading.Lock()  # guards the counters and the open connections
         self._connections = 0
         self._queued = 0  # requests received and not yet answered
@@ -206,6 +217,7 @@ class WriterServer:
             listener.close()
             raise CatalogError(f"a writer already serves the warehouse {self.root} ({exc.strerror})") from None
         listener.listen(128)
+        self.listening.set()
         listener.settimeout(0.5)  # wakes to check whether to stop
         committer = threading.Thread(target=self._commit_loop, name="tdstream-writer-commit", daemon=True)
         committer.start()
@@ -215,12 +227,19 @@ class WriterServer:
                     conn, _ = listener.accept()
                 except TimeoutError:
                     continue
+                if not _same_user(conn):
+                    conn.close()
+                    continue
                 conn.settimeout(None)
                 threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
         finally:
             listener.close()  # no new connections; the name is free again
             self._stopping.set()
             committer.join()
+
+    def stop(self) -> None:
+        """Decline new requests, answer the queued ones, and leave ``serve``."""
+        self._stopping.set()
 
     def _should_stop(self) -> bool:
         if not self.root.exists():
@@ -265,7 +284,7 @@ class WriterServer:
                     "queued": self._queued,
                 }
         if op == "stop":
-            self._stopping.set()
+            self.stop()
             return {"stopping": True, "pid": os.getpid()}
         if op != "write":
             return {"error": f"the writer does not take {op!r} requests"}
