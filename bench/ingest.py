@@ -45,16 +45,22 @@ def _stored(session: Session) -> int:
     return stored
 
 
-def single_rows(statements: int) -> float:
-    """Single-row INSERT statements per second (after 20 warm-up statements)."""
+def single_rows(statements: int, writer: bool = False) -> float:
+    """Single-row INSERT statements per second (after 20 warm-up statements; ``writer``:
+    committed by the warehouse's writer process)."""
     with tempfile.TemporaryDirectory() as tmp:
         session = _session(f"{tmp}/wh")
+        if writer:
+            _writer("start", f"{tmp}/wh")
+            session = Session(Warehouse(f"{tmp}/wh"), database="d", timezone="UTC")  # finds it at once
         for i in range(20):
             session.execute(f"insert into c{i % TABLES} values ({START + i}, {i}, 1.5)")
         started = time.perf_counter()
         for i in range(statements):
             session.execute(f"insert into c{i % TABLES} values ({START + 1000 + i}, {i}, 1.5)")
         elapsed = time.perf_counter() - started
+        if writer:
+            _writer("stop", f"{tmp}/wh")
         assert _stored(session) == 20 + statements
         return statements / elapsed
 
@@ -161,7 +167,10 @@ def main() -> None:
     parser.add_argument("--frame", type=int, default=1_000_000, help="rows of the Session.write measurement")
     parser.add_argument("--clients", type=int, default=8, help="processes of the concurrent measurement")
     args = parser.parse_args()
-    results = {"single_row_statements_per_s": round(single_rows(args.statements), 1)}
+    results = {
+        "single_row_statements_per_s": round(single_rows(args.statements), 1),
+        "single_row_through_writer_statements_per_s": round(single_rows(args.statements, writer=True), 1),
+    }
     for rows in (int(n) for n in args.batches.split(",")):
         results[f"insert_{rows}_rows_per_s"] = round(batch(rows))
     results[f"write_frame_{args.frame}_rows_per_s"] = round(frame(args.frame))
