@@ -5,7 +5,10 @@ No Spark: rows are read back with delta-rs."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -159,3 +162,27 @@ def test_the_writer_serves_only_processes_of_its_own_user(
     server.stop()
     serving.join(timeout=30)
     assert not serving.is_alive()
+
+
+def test_a_malformed_request_is_refused_and_the_writer_goes_on(writer_of: Warehouse) -> None:
+    warehouse = writer_of
+    _start(warehouse)
+    name = address(Path(warehouse.uri), warehouse.catalog.url)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:  # a write without its rows
+        sock.settimeout(30)
+        sock.connect(name)
+        header = json.dumps({"op": "write", "id": "x"}).encode()
+        sock.sendall(struct.pack("!II", len(header), 0) + header)
+        size, _ = struct.unpack("!II", sock.recv(8))
+        assert json.loads(sock.recv(size))["error"].startswith("malformed request: KeyError")
+        assert sock.recv(1) == b""  # and the connection is closed
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:  # not even JSON
+        sock.settimeout(30)
+        sock.connect(name)
+        sock.sendall(struct.pack("!II", 3, 0) + b"{{{")
+        assert sock.recv(1) == b""
+    assert request(name, {"op": "restart"}) == {"error": "the writer does not take 'restart' requests"}
+    Session(Warehouse(warehouse.uri), database="d", timezone="UTC").execute("insert into c1 values (1000, 1)")
+    status = _status(warehouse)
+    assert status is not None and (status["requests"], status["commits"]) == (1, 1)
+    assert _keys(warehouse) == [("c1", 1000, 1)]

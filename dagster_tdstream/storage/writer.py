@@ -253,7 +253,12 @@ class WriterServer:
             self._connections += 1
         try:
             for header, body in self._received(conn):
-                _send(conn, self._answer(header, body, id(conn)))
+                try:
+                    answer = self._answer(header, body, id(conn))
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:  # not this package's client
+                    _send(conn, {"error": f"malformed request: {type(exc).__name__}: {exc}"})
+                    return
+                _send(conn, answer)
         except OSError:  # the client went away; its request, if queued, is still committed
             pass
         finally:
@@ -267,7 +272,7 @@ class WriterServer:
         while True:
             try:
                 yield _receive(conn)
-            except ConnectionResetError:
+            except (ConnectionResetError, ValueError):  # gone, or not speaking this protocol
                 return
 
     def _answer(self, header: dict[str, Any], body: bytes, connection: int) -> dict[str, Any]:
