@@ -30,6 +30,7 @@ LOG_FILE = ".writer.log"
 _metadata = click.option(
     "--metadata-url", envvar="TDSTREAM_METADATA_URL", default=None, help="SQLAlchemy URL of the catalog."
 )
+_idle = click.option("--idle-seconds", type=float, default=None, help="Stop after this long without clients.")
 
 
 def _located(warehouse: str | None, metadata_url: str | None) -> tuple[Path, bytes]:
@@ -57,7 +58,7 @@ def writer() -> None:
 @writer.command()
 @_warehouse
 @_metadata
-@click.option("--idle-seconds", type=float, default=None, help="Stop after this long without clients.")
+@_idle
 def start(warehouse: str | None, metadata_url: str | None, idle_seconds: float | None) -> None:
     """Start the writer in the background (or report the one running)."""
     root, name = _located(warehouse, metadata_url)
@@ -92,7 +93,7 @@ def start(warehouse: str | None, metadata_url: str | None, idle_seconds: float |
 @writer.command()
 @_warehouse
 @_metadata
-@click.option("--idle-seconds", type=float, default=None, help="Stop after this long without clients.")
+@_idle
 def serve(warehouse: str | None, metadata_url: str | None, idle_seconds: float | None) -> None:
     """Run the writer in the foreground until stopped."""
     from ..storage.warehouse import Warehouse
