@@ -16,12 +16,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 from dagster_tdstream import Session, Warehouse, WriteRejectedError
 from dagster_tdstream.cli.main import main
 from dagster_tdstream.faults import FAILPOINT_ENV
+from dagster_tdstream.storage import warehouse as warehouse_module
 from dagster_tdstream.storage.groupcommit import GROUP_KEY
 from dagster_tdstream.storage.writer import WriterServer, address, request
 
@@ -186,3 +188,16 @@ def test_a_malformed_request_is_refused_and_the_writer_goes_on(writer_of: Wareho
     status = _status(warehouse)
     assert status is not None and (status["requests"], status["commits"]) == (1, 1)
     assert _keys(warehouse) == [("c1", 1000, 1)]
+
+
+def test_a_large_write_is_committed_by_its_own_process(writer_of: Warehouse, monkeypatch: pytest.MonkeyPatch) -> None:
+    warehouse = writer_of
+    _start(warehouse)
+    session = Session(Warehouse(warehouse.uri), database="d", timezone="UTC")
+    frame = pa.table({"tbname": ["c1"] * 1000, "ts": list(range(1000, 1_001_000, 1000)), "v": list(range(1000))})
+    monkeypatch.setattr(warehouse_module, "WRITER_MAX_BYTES", frame.num_rows * 8)  # below the frame's size
+    session.write("st", frame)
+    session.execute("insert into c2 values (1000, 1)")  # small: through the writer
+    status = _status(warehouse)
+    assert status is not None and status["requests"] == 1
+    assert len(_keys(warehouse)) == 1001

@@ -36,7 +36,7 @@ from .intents import WRITE_KEY, Intents, StagedTable
 from .maintenance import maintain_after
 from .types import arrow_schema, arrow_type
 from .writelock import WriteLocks
-from .writer import WriterClient, WriterLost
+from .writer import WRITER_MAX_BYTES, WriterClient, WriterLost
 
 DEFAULT_WAREHOUSE = ".tdstream"
 WAREHOUSE_ENV = "TDSTREAM_WAREHOUSE"
@@ -373,7 +373,8 @@ class Warehouse:
         if its lock is free (with any requests staged for it), else staged for group commit
         and committed by the next lock holder."""
         db, storage = target.db, target.storage
-        if self.writer.connected():
+        # a large write gains nothing from grouping, and would only stream through the socket
+        if table.nbytes <= WRITER_MAX_BYTES and self.writer.connected():
             sent = self._write_through_writer(target, table)
             if sent is not None:
                 return sent

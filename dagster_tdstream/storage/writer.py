@@ -52,6 +52,7 @@ WRITER_ENV = "TDSTREAM_WRITER"  # "off": never send writes to a writer, even one
 RETRY_SECONDS = 1.0  # a client without a writer looks for one again after this
 LINGER_SECONDS = 0.010  # how long a group waits at most for the writing clients' next requests
 WRITING_SECONDS = 0.05  # a client that wrote this recently is writing (its next request is near)
+WRITER_MAX_BYTES = 64 << 20  # larger writes commit themselves (the frame's length is 32 bits, too)
 REPLY_SECONDS = 120.0  # as long as a writer waits for a table's lock (writelock.WAIT_SECONDS)
 _HEADER = struct.Struct("!II")  # the JSON part's length, the Arrow part's length
 
