@@ -327,3 +327,32 @@ def test_child_tables_are_registered_together_existing_and_repeated_names_once(
     }
     assert warehouse.table("d", "c2").columns == stable.columns and warehouse.table("d", "c3").tags == stable.tags
     assert warehouse.create_child_tables(children) == []
+
+
+def test_the_catalogs_plain_sqlite_reads_match_its_sqlalchemy_reads_and_see_other_processes_ddl(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    sql_session.execute(
+        SCHEMA + "create vtable vt (ts timestamp, a int from c1.v); alter table c1 set tag loc = 'east';"
+        "create table c2 using st tags (2, 'south')"
+    )
+    catalog = warehouse.catalog
+    assert catalog._plain is not None  # a SQLite file: the INSERT path's reads skip SQLAlchemy
+    names = ["c1", "c2", "nt", "st", "vt", "missing"] + [f"x{i}" for i in range(600)]  # two reads of ≤ 500
+    plain = (catalog.get_tables("d", names), catalog.get_database("d"), catalog.get_database("nope"))
+    assert sorted(plain[0]) == ["c1", "c2", "nt", "st", "vt"]
+    assert plain[0]["c1"].tag_values == {"g": 1, "loc": "east"} and plain[0]["vt"].refs is not None
+    assert [c.name for c in plain[0]["c2"].columns] == ["ts", "v", "f", "s"]  # a child's are its super table's
+    reads, catalog._plain = catalog._plain, None
+    try:
+        assert (catalog.get_tables("d", names), catalog.get_database("d"), catalog.get_database("nope")) == plain
+    finally:
+        catalog._plain = reads
+    # another process's DDL is seen at once: no read holds a snapshot
+    other = Warehouse(warehouse.uri)
+    Session(other, database="d", timezone="UTC").execute(
+        "drop table c2; create table c3 using st tags (3, 'west'); alter table c1 set tag g = 7"
+    )
+    other.close()
+    found = catalog.get_tables("d", ["c1", "c2", "c3"])
+    assert sorted(found) == ["c1", "c3"] and found["c1"].tag_values["g"] == 7

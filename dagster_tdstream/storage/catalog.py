@@ -9,9 +9,14 @@ Must not touch Delta files: ``tables.py`` does, and the warehouse keeps the two 
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import hashlib
 import json
+import os
+import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -403,6 +408,8 @@ class Catalog:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         _meta.create_all(self.engine)
         self._add_missing_columns()
+        database = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
+        self._plain = _PlainReads(database) if database and database != ":memory:" else None
 
     def _add_missing_columns(self) -> None:
         """Catalogs written by an earlier version lack the nullable columns and the indexes
@@ -421,6 +428,8 @@ class Catalog:
                     index.create(conn, checkfirst=True)
 
     def dispose(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
         self.engine.dispose()
 
     @contextmanager
@@ -438,8 +447,12 @@ class Catalog:
         )
 
     def get_database(self, name: str, conn: Connection | None = None) -> DatabaseInfo | None:
-        with self._conn(conn) as c:
-            row = c.execute(_DATABASE_NAMED, {"name": name}).first()
+        if conn is None and self._plain is not None:
+            found = self._plain.rows(_plain_sql(_DATABASE_NAMED, 0), (name,))
+            row = found[0] if found else None
+        else:
+            with self._conn(conn) as c:
+                row = c.execute(_DATABASE_NAMED, {"name": name}).first()
         if row is None:
             return None
         return DatabaseInfo(row.name, row.precision, json.loads(row.options), row.created_at)
@@ -509,8 +522,14 @@ class Catalog:
         """The named tables of ``db`` that exist, in one read per 500 names (an INSERT into
         many child tables looks them up together)."""
         found = {}
-        with self._conn(None) as c:
-            rows = _named_rows(c, _TABLES_NAMED, db, names)
+        if self._plain is not None:
+            wanted, rows = sorted(set(names)), []
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i : i + 500]
+                rows += self._plain.rows(_plain_sql(_TABLES_NAMED, len(chunk)), (db, *chunk))
+        else:
+            with self._conn(None) as c:
+                rows = _named_rows(c, _TABLES_NAMED, db, names)
         for row in rows:
             source = _Definitions(row.parent_columns, row.parent_tags) if row.kind == "child" else None
             found[row.name] = self._info(row, source)
@@ -1069,6 +1088,59 @@ class Catalog:
                 yield c
 
 
+class _PlainReads:
+    """SQLite only: an INSERT's catalog reads (its tables with their super tables' definitions,
+    its database) on a plain sqlite3 connection of the calling thread and process.
+    SQLAlchemy's per-statement work — connection checkout and return, compiled-statement
+    lookup, result set-up — was nearly all of each read (103 → 7 µs and 49 → 4 µs; ~0.14 ms
+    of an INSERT client's 0.39 ms). The connection is in autocommit, so no read holds a
+    snapshot, and its SQL is compiled from the same statements as the other reads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def rows(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        cursor = self._connection().execute(sql, params)
+        names = tuple(column[0] for column in cursor.description)
+        return [_row_type(names)(*row) for row in cursor.fetchall()]
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != os.getpid():  # a forked child opens its own
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_SECONDS)
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._lock:
+                self._opened.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            with contextlib.suppress(sqlite3.ProgrammingError):  # another thread's: closed at its exit
+                conn.close()
+        self._local = threading.local()
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_sql(statement: Any, names: int) -> str:
+    """``statement`` as SQLite's SQL, its ``names`` list expanded to that many parameters
+    (positional: the database, then the names)."""
+    from sqlalchemy.dialects import sqlite
+
+    if names:
+        statement = statement.params(db="", names=[""] * names)
+    return statement.compile(dialect=sqlite.dialect(), compile_kwargs={"render_postcompile": True}).string
+
+
+@functools.lru_cache(maxsize=16)
+def _row_type(names: tuple[str, ...]) -> Any:
+    return collections.namedtuple("CatalogRow", names)  # type: ignore[misc]
+
+
 @dataclass(frozen=True)
 class _Definitions:
     """A super table's column and tag definitions as stored (JSON), read beside its child."""
@@ -1084,12 +1156,15 @@ def _definitions(stored: str | None) -> tuple[ColumnDef, ...]:
     return tuple(type_from_json(c) for c in json.loads(stored or "[]"))
 
 
+_BUSY_SECONDS = 30.0
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     # WAL lets the Dagster daemon's sensors read while a writer commits; the busy timeout
     # makes concurrent processes wait instead of failing with "database is locked".
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
     cursor.close()
 
 
