@@ -3,6 +3,7 @@ precisions, rejected writes and the catalog. No Spark here: rows are read back w
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -356,3 +357,11 @@ def test_the_catalogs_plain_sqlite_reads_match_its_sqlalchemy_reads_and_see_othe
     other.close()
     found = catalog.get_tables("d", ["c1", "c2", "c3"])
     assert sorted(found) == ["c1", "c3"] and found["c1"].tag_values["g"] == 7
+    # a forked child reads on a connection of its own and leaves its parent's alone
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's outcome is its exit code
+        ok = sorted(catalog.get_tables("d", ["c1", "c3"])) == ["c1", "c3"]
+        ok = ok and catalog._plain is not None and len(catalog._plain._inherited) == 1
+        os._exit(0 if ok else 1)
+    assert os.waitpid(child, 0)[1] == 0
+    assert sorted(catalog.get_tables("d", ["c1", "c3"])) == ["c1", "c3"]
