@@ -767,3 +767,117 @@ def _history_both_ways(
             # when their delay began is the processing clock's (a tick after the history)
             state["opened_at"] = [start for start, _ in state["opened_at"]]
     assert states[0] == states[1] and states[0]
+
+
+_RANGE_SHAPES = [  # (trigger and source, options, query), whether a recalculation takes the one job
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
+     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
+     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by g", "fill_history",
+     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", True),
+    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows", True),
+    ("interval(10s) sliding(10s) from t", "fill_history", "select _twstart, sum(v) + 1 s, count(*) n from %%trows",
+     True),
+    ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|watermark(15s)",
+     "select _twstart, count(*) n, spread(v) s from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|pre_filter(v > 2)",
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
+    ("interval(10s) sliding(10s) from st partition by g", "fill_history|pre_filter(v > 3)",
+     "select _twstart, count(*) n, sum(v) s from %%trows having count(*) < 3", True),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
+     "select _twstart, count(*) n, sum(v) s from %%trows having sum(v) > 6", True),
+    # MAX_DELAY writes a range's open windows again; FORCE_OUTPUT needs triggers of its own
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|max_delay(3s)",
+     "select _twstart, count(*) n, sum(v) s from %%trows", False),
+    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|force_output",
+     "select _twstart, count(*) n, sum(v) s from %%trows", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trigger", "options", "query", "one_job"), _RANGE_SHAPES)
+def test_a_recalculated_range_in_one_job_writes_what_deriving_then_querying_writes(
+    session: Session,
+    harness: StreamHarness,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger: str,
+    options: str,
+    query: str,
+    one_job: bool,
+) -> None:
+    """The same rows and stream in two databases, their histories written, then the same
+    changes to the rows the streams have not seen (late rows, an emptied window, a row that
+    closes more windows). Each of several ranges — inside the data, across its start, past
+    everything — is recalculated in one database by the one job (``range_scan``), in the
+    other by deriving its windows and querying them; afterwards both outputs are the same."""
+    from zoneinfo import ZoneInfo
+
+    from dagster_tdstream.compute.history import range_scan
+    from dagster_tdstream.compute.run import compute_triggers, triggers_for_range
+    from dagster_tdstream.compute.window_job import write_window_results
+
+    monkeypatch.setattr(bulk_module, "LOCAL_ROWS", 0)  # every table past the in-process size
+    create = f"create stream h {trigger} stream_options({options}) into out as {query}"
+    for database in ("one_job", "two_steps"):
+        session.execute(_history_rows(database, seed=len(create)))
+        session.execute(create)
+    assert harness.run_until_idle().failures == []
+    for database in ("one_job", "two_steps"):
+        session.execute(
+            f"use {database}; insert into a values ({T + 33_000}, 7) ({T + 34_000}, 1) ({T + 150_000}, 2);"
+            f"insert into t values ({T + 47_000}, 4) ({T + 160_000}, 5); insert into c values ({T + 95_000}, 3);"
+            f"delete from b where ts >= {T + 40_000} and ts < {T + 60_000}"
+        )
+    warehouse, zone = session.warehouse, ZoneInfo("UTC")
+    for window_range in [(T + 20_000, T + 60_000), (T - 3_600_000, T + 45_000), (T + 50_000, T + 3_600_000)]:
+        stream = load_stream(warehouse, "one_job.h")
+        with range_scan(spark, warehouse, stream, window_range, timezone=zone) as windows:
+            assert (windows is not None) == one_job
+            if windows is not None:
+                write_window_results(warehouse, stream, windows, replace_range=window_range)
+        stream = load_stream(warehouse, "two_steps.h")
+        triggers = triggers_for_range(spark, warehouse, stream, *window_range)
+        compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=window_range)
+        if one_job:
+            written = [
+                sorted(output(session, f"select * from {database}.out"), key=str)
+                for database in ("one_job", "two_steps")
+            ]
+            assert written[0] == written[1] and len(written[0]) >= 2, window_range
+
+
+def test_a_partition_backfill_of_fixed_windows_reports_the_one_job_and_replaces_its_range(
+    session: Session, harness: StreamHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through Dagster: a partition run of a stream past the in-process size recalculates its
+    windows in one job (its metadata says so), writing the rows the data holds now and
+    removing the window the data no longer has."""
+    from dagster import materialize
+
+    monkeypatch.setattr(bulk_module, "LOCAL_ROWS", 0)
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        "create stream s interval(10s) sliding(10s) from st partition by tbname "
+        "stream_options(ignore_disorder|ignore_nodata_trigger) into out output_subtable(concat('o_', tbname)) "
+        "as select _twstart, count(*) n, sum(v) s from %%trows;"
+        f"insert into a values ({T}, 1) ({T + 12000}, 2) ({T + 31000}, 3);"
+        f"insert into b values ({T + 1000}, 10) ({T + 15000}, 20) ({T + 32000}, 30);"
+    )
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o_a") == [(T, 1, 1), (T + 10000, 1, 2)]
+    # corrections the stream ignores: a late row for a, b's second window emptied
+    session.execute(f"insert into a values ({T + 5000}, 40); delete from b where ts = {T + 15000}")
+    assert harness.run_until_idle().failures == []
+    assert output(session, "select * from o_b") == [(T, 1, 10), (T + 10000, 1, 20)]
+    asset = harness._definitions()[0].asset
+    result = materialize(
+        [asset], instance=harness.instance, resources=harness.resources, partition_key="2023-11-14-22:00"
+    )
+    assert result.success
+    assert output(session, "select * from o_a") == [(T, 2, 41), (T + 10000, 1, 2)]
+    assert output(session, "select * from o_b") == [(T, 1, 10)]
+    metadata = result.asset_materializations_for_node(asset.node_def.name)[0].metadata
+    assert metadata["tdstream/recalculation_plan"].value == ONE_JOB
+    assert metadata["tdstream/windows_computed"].value == 3

@@ -264,6 +264,71 @@ def fixed_closing(trigger: Trigger, runs: pa.Table, names: Sequence[str]) -> Fix
     return FixedClosing(trigger, runs, heads, sizes, starts, closing, newest, last, starts[heads])
 
 
+@dataclass(frozen=True)
+class RangeClosing:
+    """Which runs of a recalculated range (one row per group and fixed window starting in
+    [start, end): the group columns, ``__first``, ``__last``, ``__rows``) lie in closed
+    windows, and the closed windows without rows that fire, decided as
+    ``run.triggers_for_range`` decides them: by each group's first and last row in the whole
+    table (``bounds``), not the range's."""
+
+    runs: pa.Table  # sorted by group, then by window
+    heads: np.ndarray  # each group's first run in ``runs``
+    starts: np.ndarray  # each run's window start
+    closing: np.ndarray  # whether each run's window is closed
+    empty: list[tuple[tuple[Any, ...], list[int]]]  # (group values, window starts) without rows that fire
+
+
+def range_closing(
+    trigger: Trigger, runs: pa.Table, names: Sequence[str], bounds: pa.Table, window_range: tuple[int, int]
+) -> RangeClosing | None:
+    """``RangeClosing`` of ``runs`` (groups told apart by ``names``; ``bounds``: each group's
+    values with ``lo`` and ``hi``) for fixed windows that fire WINDOW_CLOSE only, each group
+    closing its own (no MAX_DELAY, no stream-wide close); None where the trigger is not of
+    that kind or two runs share a window."""
+    if not isinstance(trigger, WindowTrigger) or not fast_interval(trigger):
+        return None
+    spec = trigger.spec
+    if not isinstance(spec, IntervalSpec) or spec.sliding != spec.interval:
+        return None
+    if trigger.max_delay is not None or trigger.stream_close:
+        return None
+    found = {
+        tuple(row[n] for n in names): (row["lo"], row["hi"]) for row in bounds.to_pylist() if row["hi"] is not None
+    }
+    grouped, keys = _grouped_by(runs, list(names))
+    grouped, heads, sizes = _group_spans(grouped, keys, "__first")
+    first = grouped.column("__first").to_numpy()
+    starts = first - (first - spec.offset) % spec.sliding
+    group = np.repeat(np.arange(len(heads)), sizes)
+    if np.any((starts[1:] == starts[:-1]) & (group[1:] == group[:-1])):
+        return None
+    heading = grouped.select(list(names)).take(pa.array(heads)).to_pylist() if names else [{} for _ in heads]
+    values = [tuple(row[n] for n in names) for row in heading]
+    newest = np.maximum.reduceat(grouped.column("__last").to_numpy(), heads) if len(heads) else heads
+    for key, lowest, high in zip(values, first[heads].tolist(), newest.tolist(), strict=True):
+        # a run read after the bounds may be newer still
+        lo, hi = found.get(key, (lowest, high))
+        found[key] = (min(lo, lowest), max(hi, high))
+    hi = np.array([found[key][1] for key in values], dtype=np.int64)
+    progress = hi - trigger.watermark - spec.interval
+    last = progress - (progress - spec.offset) % spec.sliding  # spec.last_closed, per group
+    closing = starts <= last[group]
+    empty: list[tuple[tuple[Any, ...], list[int]]] = []
+    if not trigger.ignore_nodata:  # every window a group has passed fires, rows or not
+        start, end = window_range
+        spans = dict(zip(values, zip(heads.tolist(), sizes.tolist(), strict=True), strict=True))
+        for key, (lo, high) in found.items():
+            opened = max(spec.first_start(lo), spec.after(spec.floor(start - 1)))
+            top = min(spec.last_closed(high - trigger.watermark), end - 1)
+            head, size = spans.get(key, (0, 0))
+            present = starts[head : head + size][closing[head : head + size]]
+            if top >= opened and (top - opened) // spec.sliding + 1 != len(present):
+                have = set(present.tolist())
+                empty.append((key, [s for s in spec.between(opened, top) if s not in have]))
+    return RangeClosing(grouped, heads, starts, closing, empty)
+
+
 def fixed_interval_outcomes(
     trigger: WindowTrigger, runs: pa.Table, names: Sequence[str], group_columns: Sequence[str]
 ) -> list[tuple[str, Windows, dict[str, Any]]] | None:

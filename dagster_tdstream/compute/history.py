@@ -28,7 +28,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..sql.intervals import IntervalSpec
-from ..sql.translate import KeyAggregates, TranslationContext, translate_select
+from ..sql.translate import KeyAggregates, SourceTable, TranslatedQuery, TranslationContext, translate_select
 from ..storage import written
 from ..storage.registry import StreamDefinition
 from ..storage.spark_read import SparkViews, live_child_names, live_children, table_frame
@@ -50,9 +50,9 @@ from .bulk import (
     several_tables,
     state_column,
 )
-from .run import PreparedQuery, reads_tags, stream_scope, uses
+from .run import PreparedQuery, group_bounds, reads_tags, stream_scope, uses
 from .udf import function_lookup
-from .window_job import WindowResults, window_results
+from .window_job import WindowResults, range_results, window_results
 
 PLAN = "one scan"  # the run's metadata names the plan that computed the history
 ONE_JOB = "one Spark job"  # … fixed INTERVAL windows' output with their runs (``window_job.py``)
@@ -99,6 +99,93 @@ def _fusable(stream: StreamDefinition, trigger: Trigger, stored: int | None) -> 
     # group of several is its island too (rows sharing a timestamp are within any gap),
     # but not of a whole super table (its one group would be one Spark partition)
     return table.kind != "super" or bool(stream.group_columns)
+
+
+def _trigger_rows(
+    spark: Any,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    version: int | None,
+    key_range: tuple[int, int] | None = None,
+) -> tuple[Any, bool]:
+    """The trigger table's rows the scan groups (as of WAL offset ``version``, those whose
+    primary timestamp lies in ``key_range``), with the tags the query or the trigger reads;
+    and whether a dropped child table's rows are still among them, to be left out after the
+    grouping."""
+    table, trigger = stream.trigger_table, stream_trigger(stream)
+    assert table is not None
+    # the query's tags, and those the trigger's own conditions name
+    tags = reads_tags(stream) or any(t.name in columns_read(trigger, stream_admission(stream)) for t in table.tags)
+    # grouped by tbname, a dropped child's rows are groups of their own: they are left
+    # out of the grouping's result (``live_children``; Spark tests each row all the same,
+    # the filter pushed below the grouping) or of the windows collected (``window_job``)
+    late_children = table.kind == "super" and "tbname" in stream.group_columns and not tags
+    rows = table_frame(spark, warehouse, table, version, key_range, tags=tags, children=not late_children)
+    return rows, late_children
+
+
+def _translated(
+    views: SparkViews,
+    stream: StreamDefinition,
+    rows: Any,
+    scope_changes: dict[str, Any],
+    timezone: ZoneInfo,
+    clock: Callable[[], int],
+) -> tuple[TranslatedQuery, str, SourceTable, tuple[str, str]]:
+    """The stream's query translated with ``rows`` as ``%%trows``: the translation, the rows'
+    view, the trigger table's source, and the names it gave the triggers view and the data
+    side's view."""
+    assert stream.trigger_table is not None and stream.stmt.query is not None
+    trows_view = views.register(rows, "history")
+    trigger_source = views.table(stream.trigger_table)
+    named = (views.fresh_view(), views.fresh_view())
+    scope = stream_scope(stream, named[0], trigger_source, trows_view, named[1])
+    ctx = TranslationContext(
+        views.resolve,
+        timezone,
+        clock(),
+        stream=dataclasses.replace(scope, **scope_changes),
+        functions=function_lookup(views.warehouse, views.spark),
+    )
+    return translate_select(stream.stmt.query, ctx), trows_view, trigger_source, named
+
+
+@contextmanager
+def range_scan(
+    spark: Any,
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    window_range: tuple[int, int],
+    *,
+    timezone: ZoneInfo,
+    clock: Callable[[], int] = time.time_ns,
+) -> Iterator[WindowResults | None]:
+    """A recalculation (a partition range, RECALCULATE) of the fixed INTERVAL windows
+    starting in ``window_range`` as one Spark job, as the history's: the windows' output
+    computed with their runs over the range's rows, which of them closed decided by each
+    group's first and last row in the table (``window_job.range_results``). None where the
+    plan does not apply: the run derives the range's windows, then queries them."""
+    table, trigger = stream.trigger_table, stream_trigger(stream)
+    if not isinstance(trigger, WindowTrigger) or table is None:
+        yield None
+        return
+    if not _fusable(stream, trigger, warehouse.stored_rows(table)):
+        yield None
+        return
+    views = SparkViews(spark, warehouse, stream.db)
+    try:
+        reach = trigger.spec.reach  # the rows of the windows starting in the range, and a little more
+        key_range = (window_range[0] - reach, window_range[1] + reach)
+        rows, late_children = _trigger_rows(spark, warehouse, stream, None, key_range)
+        translated, _, _, named = _translated(views, stream, rows, {}, timezone, clock)
+        if _keys(stream, translated.key_aggregates) is None or not window_job.applies(stream, translated):
+            yield None
+            return
+        live = live_child_names(warehouse, table) if late_children else None
+        bounds = group_bounds(views, stream)
+        yield range_results(views, stream, translated, named, window_range, bounds, live=live, clock=clock)
+    finally:
+        views.close()
 
 
 def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str], Trigger]:
@@ -155,13 +242,7 @@ def history_scan(
     views = SparkViews(spark, warehouse, stream.db)
     cached = None
     try:
-        # the query's tags, and those the trigger's own conditions name
-        tags = reads_tags(stream) or any(t.name in columns_read(trigger, stream_admission(stream)) for t in table.tags)
-        # grouped by tbname, a dropped child's rows are groups of their own: they are left
-        # out of the grouping's result (``live_children``; Spark tests each row all the same,
-        # the filter pushed below the grouping) or of the windows collected (``window_job``)
-        late_children = table.kind == "super" and "tbname" in stream.group_columns and not tags
-        rows = table_frame(spark, warehouse, table, version, tags=tags, children=not late_children)
+        rows, late_children = _trigger_rows(spark, warehouse, stream, version)
         scope_changes: dict[str, Any] = {}
         measures: dict[str, str] = {}
         if not isinstance(trigger, WindowTrigger):
@@ -169,18 +250,8 @@ def history_scan(
             rows, measures, trigger = _labelled(stream, trigger, pre_filtered(stream, rows), table.primary_key)
             scope_changes["window_label"] = lambda _: _ISLAND
             scope_changes["aggregates_measures"] = tuple(f"{sql} AS {name}" for name, sql in measures.items())
-        trows_view = views.register(rows, "history")
-        trigger_source = views.table(table)
-        triggers_view, aggregates_view = views.fresh_view(), views.fresh_view()
-        scope = stream_scope(stream, triggers_view, trigger_source, trows_view, aggregates_view)
-        ctx = TranslationContext(
-            views.resolve,
-            timezone,
-            clock(),
-            stream=dataclasses.replace(scope, **scope_changes),
-            functions=function_lookup(warehouse, spark),
-        )
-        translated = translate_select(query, ctx)
+        translated, trows_view, trigger_source, named = _translated(views, stream, rows, scope_changes, timezone, clock)
+        triggers_view, aggregates_view = named
         keys = _keys(stream, translated.key_aggregates)
         if keys is None:
             yield None
@@ -190,7 +261,6 @@ def history_scan(
             # the rows come here, where a dropped child's are left out: a filter on the
             # grouping key in Spark is pushed below the grouping, to every row (1.8 s of 50 M)
             live = live_child_names(warehouse, table) if late_children else None
-            named = (triggers_view, aggregates_view)
             windows = window_results(views, stream, translated, named, live=live, clock=clock)
             if windows is not None:
                 yield HistoryScan(Derived([], windows.states), None, windows)

@@ -693,19 +693,9 @@ def triggers_for_range(
     table = stream.trigger_table
     views = SparkViews(spark, warehouse, stream.db)
     try:
-        view = views.table(table).view
-        ctx = TranslationContext(views.resolve, resolve_timezone(stream.info.timezone), time.time_ns())
-        names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
-        keys = [
-            f"{sql} AS {name}"
-            for sql, name in zip(group_column_sql(stream, views.table(table), ctx), names, strict=True)
-        ]
+        names, keyed, bounds = _keyed_rows(views, stream)
         pk = f"`{table.primary_key}`"
         name_list = "".join(f"{k}, " for k in names)
-        group_by = f" GROUP BY {', '.join(names)}" if names else ""
-        history = f" WHERE d.{pk} >= {stream.history_start}" if stream.history_start is not None else ""
-        keyed = f"(SELECT {', '.join(['d.*', *keys])} FROM `{view}` d{history})"
-        bounds = views.sql(f"SELECT {name_list}min({pk}) AS lo, max({pk}) AS hi FROM {keyed}{group_by}")
         low_ts, high_ts = start - spec.reach, end + spec.reach
         if stream.history_start is not None:
             low_ts = max(low_ts, stream.history_start)
@@ -746,6 +736,30 @@ def triggers_for_range(
     return triggers
 
 
+def _keyed_rows(views: SparkViews, stream: StreamDefinition) -> tuple[list[str], str, Any]:
+    """The trigger table's rows from the FILL_HISTORY start with their group values (``__g1``
+    …, by PARTITION BY) as SQL, those names, and each group's first and last row (``lo``,
+    ``hi``: what decides which of its windows exist and closed) as a DataFrame."""
+    table = stream.trigger_table
+    assert table is not None
+    ctx = TranslationContext(views.resolve, resolve_timezone(stream.info.timezone), time.time_ns())
+    names = [f"__g{i}" for i in range(1, len(stream.group_columns) + 1)]
+    source = views.table(table)
+    keys = [f"{sql} AS {name}" for sql, name in zip(group_column_sql(stream, source, ctx), names, strict=True)]
+    pk = f"`{table.primary_key}`"
+    group_by = f" GROUP BY {', '.join(names)}" if names else ""
+    history = f" WHERE d.{pk} >= {stream.history_start}" if stream.history_start is not None else ""
+    keyed = f"(SELECT {', '.join(['d.*', *keys])} FROM `{source.view}` d{history})"
+    name_list = "".join(f"{k}, " for k in names)
+    return names, keyed, views.sql(f"SELECT {name_list}min({pk}) AS lo, max({pk}) AS hi FROM {keyed}{group_by}")
+
+
+def group_bounds(views: SparkViews, stream: StreamDefinition) -> pa.Table:
+    """Each group's values (``__g1`` …) with its first and last row in the trigger table
+    (``lo``, ``hi``), as ``triggers_for_range`` decides a range's windows by them."""
+    return _keyed_rows(views, stream)[2].toArrow()
+
+
 def _row_windows_for_range(
     spark: Any, warehouse: Warehouse, stream: StreamDefinition, start: int, end: int
 ) -> list[dict[str, Any]]:
@@ -756,4 +770,4 @@ def _row_windows_for_range(
     return [{**t, "id": i} for i, t in enumerate(kept)]
 
 
-__all__ = ["Group", "RunOutcome", "compute_triggers", "triggers_for_range"]
+__all__ = ["Group", "RunOutcome", "compute_triggers", "group_bounds", "triggers_for_range"]

@@ -41,7 +41,7 @@ from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import stream_trigger
 from ..triggers.replay import fast_interval
 from ..triggers.tick import group_identities, queue_record
-from .bulk import fixed_closing
+from .bulk import fixed_closing, range_closing
 from .output import Group, group_of, write_results
 from .query import run_query
 from .run import RunOutcome, query_source_types, triggers_rows, uses
@@ -100,6 +100,40 @@ def _trigger_columns(stream: StreamDefinition, trigger: WindowTrigger, keys: tup
     return ", ".join(f"{sql} AS `{name}`" for name, sql in columns.items())
 
 
+def _collected(
+    views: SparkViews,
+    stream: StreamDefinition,
+    translated: TranslatedQuery,
+    live: list[str] | None,
+    now: int,
+    window_range: tuple[int, int] | None = None,
+) -> tuple[pa.Table, list[str]]:
+    """Every window's output row with its run (``__first``, ``__last``, ``__rows``) and
+    HAVING's verdict, from the plan's data side in one job (its query inlined: no view
+    registered, a round trip less); only windows starting in ``window_range`` when given. And
+    the group columns (``__g1`` …, in PARTITION BY order)."""
+    trigger = stream_trigger(stream)
+    assert isinstance(trigger, WindowTrigger)
+    plan = translated.key_aggregates[0]
+    groups = [key for key in plan.keys if key != "_twstart"]  # __g1 … in PARTITION BY order
+    runs = [f"d.__k{plan.keys.index(key)} AS `{key}`" for key in groups] + ["d.__first", "d.__last", "d.__rows"]
+    # HAVING drops an output row, not the run: which windows close and stay open needs them all
+    kept = f"coalesce(({plan.having}), false)" if plan.having else "true"
+    data = f"({plan.sql})"
+    if window_range is not None:  # a filter on the grouping key: Spark applies it to the rows
+        label = f"__k{plan.keys.index('_twstart')}"
+        data = f"(SELECT * FROM {data} WHERE {label} >= {window_range[0]} AND {label} < {window_range[1]})"
+    sql = (
+        f"SELECT {', '.join(plan.select)}, {', '.join(runs)}, {kept} AS {_KEPT} FROM {data} d, "
+        f"LATERAL (SELECT {_trigger_columns(stream, trigger, plan.keys, now)}) __trig"
+    )
+    collected = views.sql(sql).toArrow()
+    if live is not None:
+        tbname = f"__g{stream.group_columns.index('tbname') + 1}"
+        collected = collected.filter(pc.is_in(collected.column(tbname), value_set=pa.array(live, pa.string())))
+    return collected, groups
+
+
 def window_results(
     views: SparkViews,
     stream: StreamDefinition,
@@ -109,54 +143,98 @@ def window_results(
     live: list[str] | None = None,
     clock: Callable[[], int] = time.time_ns,
 ) -> WindowResults | None:
-    """Every window's output and run from the plan's data side in one job (its query inlined:
-    no view registered, a round trip less), the closed windows' rows and each group's state.
+    """Every closed window's output and each group's state, from one job (``_collected``).
     ``views_named``: the names the translation gave the triggers view and the data side's
-    view; ``live``: the child tables
-    whose windows are kept (grouped by tbname: a dropped child's rows may outlive it). A
-    group whose closed span has windows without rows that fire (no IGNORE_NODATA_TRIGGER) is
-    replayed here (``interval_history``, few runs) and those windows' rows come from the
-    query itself over an empty data side: what it computes for a window without rows."""
+    view; ``live``: the child tables whose windows are kept (grouped by tbname: a dropped
+    child's rows may outlive it). A group whose closed span has windows without rows that
+    fire (no IGNORE_NODATA_TRIGGER) is replayed here (``interval_history``, few runs) and
+    those windows' rows come from the query itself over an empty data side: what it computes
+    for a window without rows."""
     trigger = stream_trigger(stream)
-    assert isinstance(trigger, WindowTrigger)
-    plan = translated.key_aggregates[0]
-    groups = [key for key in plan.keys if key != "_twstart"]  # __g1 … in PARTITION BY order
-    runs = [f"d.__k{plan.keys.index(key)} AS `{key}`" for key in groups] + ["d.__first", "d.__last", "d.__rows"]
-    # HAVING drops an output row, not the run: which windows close and stay open needs them all
-    kept = f"coalesce(({plan.having}), false)" if plan.having else "true"
     now = clock()
-    sql = (
-        f"SELECT {', '.join(plan.select)}, {', '.join(runs)}, {kept} AS {_KEPT} FROM ({plan.sql}) d, "
-        f"LATERAL (SELECT {_trigger_columns(stream, trigger, plan.keys, now)}) __trig"
-    )
-    collected = views.sql(sql).toArrow()
-    if live is not None:
-        tbname = f"__g{stream.group_columns.index('tbname') + 1}"
-        collected = collected.filter(pc.is_in(collected.column(tbname), value_set=pa.array(live, pa.string())))
+    collected, groups = _collected(views, stream, translated, live, now)
     found = fixed_closing(trigger, collected, groups)
     if found is None:
         return None
-    rows, heads = found.runs, found.heads
-    written = pa.array(found.closing) if not plan.having else pc.and_(pa.array(found.closing), rows.column(_KEPT))
-    per_group = np.add.reduceat(written.to_numpy(zero_copy_only=False).astype(np.int64), heads) if len(heads) else heads
-    firsts = rows.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
+    heads = found.heads
+    firsts = found.runs.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
     values = [[row[key] for key in groups] for row in firsts]
-    identities = group_identities(views.warehouse, stream, values)
-    row_groups: list[Group] = []
     states: dict[str, dict[str, Any]] = {}
-    empty: list[dict[str, Any]] = []  # windows without rows that fire, as queue rows
-    for g in range(len(heads)):
-        key = json.dumps(values[g], default=str)
-        row_groups += [Group(tuple(values[g]), identities[g])] * int(per_group[g])
+    empty: list[tuple[list[Any], list[tuple[int, int]]]] = []  # windows without rows that fire
+    for g, group_values in enumerate(values):
         replayed, state = found.group(g)
-        states[key] = state.to_json()
-        for start, stop, count in replayed or ():
-            if count == 0:
-                empty.append(queue_record(WINDOW_CLOSE, start, stop, 0, key, "{}", identities[g], -1, now))
+        states[json.dumps(group_values, default=str)] = state.to_json()
+        none = [(start, stop) for start, stop, count in replayed or () if count == 0]
+        if none:
+            empty.append((group_values, none))
+    closed = (found.runs, heads, found.starts, found.closing)
+    return _results(views, stream, translated, views_named, closed, values, empty, now, states)
+
+
+def range_results(
+    views: SparkViews,
+    stream: StreamDefinition,
+    translated: TranslatedQuery,
+    views_named: tuple[str, str],
+    window_range: tuple[int, int],
+    bounds: pa.Table,
+    *,
+    live: list[str] | None = None,
+    clock: Callable[[], int] = time.time_ns,
+) -> WindowResults | None:
+    """A recalculation's closed windows starting in ``window_range`` and their output, from
+    one job (``_collected`` over the range), as ``run.triggers_for_range`` decides them: by
+    each group's first and last row in the table (``bounds``, ``run.group_bounds``); None
+    where that rule is not array arithmetic (``bulk.range_closing``). No state: the stream's
+    checkpoint is not a recalculation's."""
+    trigger = stream_trigger(stream)
+    now = clock()
+    collected, groups = _collected(views, stream, translated, live, now, window_range)
+    found = range_closing(trigger, collected, groups, bounds, window_range)
+    if found is None:
+        return None
+    heads = found.heads
+    firsts = found.runs.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
+    values = [[row[key] for key in groups] for row in firsts]
+    interval = trigger.spec.interval  # type: ignore[union-attr]
+    empty = [(list(key), [(start, start + interval) for start in starts]) for key, starts in found.empty]
+    closed = (found.runs, heads, found.starts, found.closing)
+    return _results(views, stream, translated, views_named, closed, values, empty, now, {})
+
+
+def _results(
+    views: SparkViews,
+    stream: StreamDefinition,
+    translated: TranslatedQuery,
+    views_named: tuple[str, str],
+    closed: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray],
+    values: list[list[Any]],
+    empty: list[tuple[list[Any], list[tuple[int, int]]]],
+    now: int,
+    states: dict[str, dict[str, Any]],
+) -> WindowResults:
+    """The closed windows' output rows (``closed``: the runs sorted by group, each group's
+    first run, each run's window start and whether it closed; ``values``: each group's;
+    HAVING's verdict applied) and those of ``empty``'s windows without rows (group values,
+    (start, end) of each), with each row's group."""
+    rows, heads, run_starts, closing = closed
+    plan = translated.key_aggregates[0]
+    written = pa.array(closing) if not plan.having else pc.and_(pa.array(closing), rows.column(_KEPT))
+    per_group = np.add.reduceat(written.to_numpy(zero_copy_only=False).astype(np.int64), heads) if len(heads) else heads
+    identities = group_identities(views.warehouse, stream, values + [v for v, _ in empty])
+    row_groups: list[Group] = []
+    for g, group_values in enumerate(values):
+        row_groups += [Group(tuple(group_values), identities[g])] * int(per_group[g])
     data = rows.select([f"__c{i}" for i in range(len(translated.columns))]).filter(written)
-    starts = [*found.starts[found.closing].tolist(), *(t["wstart"] for t in empty)]
-    if empty:
-        empty_rows, empty_groups = _empty_windows(views, stream, translated, views_named, empty, now)
+    starts = run_starts[closing].tolist()
+    queued = [
+        queue_record(WINDOW_CLOSE, start, stop, 0, json.dumps(group_values, default=str), "{}", group_id, -1, now)
+        for (group_values, windows), group_id in zip(empty, identities[len(values) :], strict=True)
+        for start, stop in windows
+    ]
+    starts += [t["wstart"] for t in queued]
+    if queued:
+        empty_rows, empty_groups = _empty_windows(views, stream, translated, views_named, queued, now)
         data, row_groups = pa.concat_tables([data, empty_rows.cast(data.schema)]), row_groups + empty_groups
     return WindowResults(
         translated.columns,
@@ -190,9 +268,23 @@ def _empty_windows(
     return result.drop_columns(["__tid"]), groups
 
 
-def write_window_results(warehouse: Warehouse, stream: StreamDefinition, results: WindowResults) -> RunOutcome:
-    """The closed windows' rows written to the output table, in one commit."""
+def write_window_results(
+    warehouse: Warehouse,
+    stream: StreamDefinition,
+    results: WindowResults,
+    replace_range: tuple[int, int] | None = None,
+) -> RunOutcome:
+    """The closed windows' rows written to the output table, in one commit (a recalculated
+    ``replace_range`` replacing the output rows there)."""
     failpoint("before-output-commit")
-    outcome = write_results(warehouse, stream, results.columns, results.data, results.row_groups, results.source_types)
+    outcome = write_results(
+        warehouse,
+        stream,
+        results.columns,
+        results.data,
+        results.row_groups,
+        results.source_types,
+        replace_range=replace_range,
+    )
     failpoint("after-output-commit")
     return RunOutcome(results.windows, results.windows, outcome.rows, outcome.version, None, outcome.tables)

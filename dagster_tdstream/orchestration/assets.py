@@ -26,7 +26,7 @@ from dagster import (
 )
 
 from ..compute.bulk import derive_windows
-from ..compute.history import ONE_JOB, history_scan
+from ..compute.history import ONE_JOB, history_scan, range_scan
 from ..compute.history import PLAN as HISTORY_PLAN
 from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
 from ..compute.window_job import write_window_results
@@ -179,9 +179,17 @@ def _compute(
     else:
         window = context.partition_time_window
         start, end = to_event_time(window.start, stream.precision), to_event_time(window.end, stream.precision)
-        triggers = triggers_for_range(spark, warehouse, stream, start, end)
-        outcome = compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end))
+        with range_scan(spark, warehouse, stream, (start, end), timezone=zone) as windows:
+            if windows is not None:  # fixed INTERVAL windows: computed with their runs, as a history's
+                triggers: list[dict[str, Any]] = []
+                outcome = write_window_results(warehouse, stream, windows, replace_range=(start, end))
+            else:
+                triggers = triggers_for_range(spark, warehouse, stream, start, end)
+                outcome = compute_triggers(
+                    spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end)
+                )
         events = notification_events(stream, triggers, outcome.results, history=True, source=context.run.run_id)
         warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         metadata = {MODE_TAG: "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
+        metadata["tdstream/recalculation_plan"] = ONE_JOB if windows is not None else "derive, then query"
     return outcome, metadata
