@@ -808,8 +808,8 @@ def test_a_recalculated_range_in_one_job_writes_what_deriving_then_querying_writ
 ) -> None:
     """The same rows and stream in two databases, their histories written, then the same
     changes to the rows the streams have not seen (late rows, an emptied window, a row that
-    closes more windows). Each of several ranges — inside the data, across its start, past
-    everything — is recalculated in one database by the one job (``range_scan``), in the
+    closes more windows). Each of several ranges — inside the data, across its start, across
+    its end, all of it (each group's bounds then its runs') — is recalculated in one database by the one job (``range_scan``), in the
     other by deriving its windows and querying them; afterwards both outputs are the same."""
     from zoneinfo import ZoneInfo
 
@@ -830,7 +830,8 @@ def test_a_recalculated_range_in_one_job_writes_what_deriving_then_querying_writ
             f"delete from b where ts >= {T + 40_000} and ts < {T + 60_000}"
         )
     warehouse, zone = session.warehouse, ZoneInfo("UTC")
-    for window_range in [(T + 20_000, T + 60_000), (T - 3_600_000, T + 45_000), (T + 50_000, T + 3_600_000)]:
+    ranges = [(T + 20_000, T + 60_000), (T - 3_600_000, T + 45_000), (T + 50_000, T + 3_600_000), (T, T + 3_600_000)]
+    for window_range in ranges:
         stream = load_stream(warehouse, "one_job.h")
         with range_scan(spark, warehouse, stream, window_range, timezone=zone) as windows:
             assert (windows is not None) == one_job

@@ -280,12 +280,12 @@ class RangeClosing:
 
 
 def range_closing(
-    trigger: Trigger, runs: pa.Table, names: Sequence[str], bounds: pa.Table, window_range: tuple[int, int]
+    trigger: Trigger, runs: pa.Table, names: Sequence[str], bounds: pa.Table | None, window_range: tuple[int, int]
 ) -> RangeClosing | None:
     """``RangeClosing`` of ``runs`` (groups told apart by ``names``; ``bounds``: each group's
-    values with ``lo`` and ``hi``) for fixed windows that fire WINDOW_CLOSE only, each group
-    closing its own (no MAX_DELAY, no stream-wide close); None where the trigger is not of
-    that kind or two runs share a window."""
+    values with ``lo`` and ``hi``, None when the runs hold every row) for fixed windows that
+    fire WINDOW_CLOSE only, each group closing its own (no MAX_DELAY, no stream-wide close);
+    None where the trigger is not of that kind or two runs share a window."""
     if not isinstance(trigger, WindowTrigger) or not fast_interval(trigger):
         return None
     spec = trigger.spec
@@ -294,7 +294,9 @@ def range_closing(
     if trigger.max_delay is not None or trigger.stream_close:
         return None
     found = {
-        tuple(row[n] for n in names): (row["lo"], row["hi"]) for row in bounds.to_pylist() if row["hi"] is not None
+        tuple(row[n] for n in names): (row["lo"], row["hi"])
+        for row in (bounds.to_pylist() if bounds is not None else [])
+        if row["hi"] is not None
     }
     grouped, keys = _grouped_by(runs, list(names))
     grouped, heads, sizes = _group_spans(grouped, keys, "__first")

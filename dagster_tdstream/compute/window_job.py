@@ -177,14 +177,15 @@ def range_results(
     translated: TranslatedQuery,
     views_named: tuple[str, str],
     window_range: tuple[int, int],
-    bounds: pa.Table,
+    bounds: pa.Table | None,
     *,
     live: list[str] | None = None,
     clock: Callable[[], int] = time.time_ns,
 ) -> WindowResults | None:
     """A recalculation's closed windows starting in ``window_range`` and their output, from
     one job (``_collected`` over the range), as ``run.triggers_for_range`` decides them: by
-    each group's first and last row in the table (``bounds``, ``run.group_bounds``); None
+    each group's first and last row in the table (``bounds``, ``run.group_bounds``; None when
+    every row lies in a window of the range: its runs' first and last); None
     where that rule is not array arithmetic (``bulk.range_closing``). No state: the stream's
     checkpoint is not a recalculation's."""
     trigger = stream_trigger(stream)
