@@ -769,34 +769,46 @@ def _history_both_ways(
     assert states[0] == states[1] and states[0]
 
 
-_RANGE_SHAPES = [  # (trigger and source, options, query), whether a recalculation takes the one job
+_RANGE_SHAPES = [  # (trigger and source, options, query), the plan a recalculation takes
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
-     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", True),
+     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
-     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", True),
+     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by g", "fill_history",
-     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", True),
-    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows", True),
+     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", ONE_JOB),
+    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows",
+     ONE_JOB),
     ("interval(10s) sliding(10s) from t", "fill_history", "select _twstart, sum(v) + 1 s, count(*) n from %%trows",
-     True),
+     ONE_JOB),
     ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|watermark(15s)",
-     "select _twstart, count(*) n, spread(v) s from %%trows", True),
+     "select _twstart, count(*) n, spread(v) s from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|pre_filter(v > 2)",
-     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", True),
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by g", "fill_history|pre_filter(v > 3)",
-     "select _twstart, count(*) n, sum(v) s from %%trows having count(*) < 3", True),
+     "select _twstart, count(*) n, sum(v) s from %%trows having count(*) < 3", ONE_JOB),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
-     "select _twstart, count(*) n, sum(v) s from %%trows having sum(v) > 6", True),
+     "select _twstart, count(*) n, sum(v) s from %%trows having sum(v) > 6", ONE_JOB),
     # MAX_DELAY writes a range's open windows again; FORCE_OUTPUT needs triggers of its own
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|max_delay(3s)",
-     "select _twstart, count(*) n, sum(v) s from %%trows", False),
+     "select _twstart, count(*) n, sum(v) s from %%trows", TWO_STEPS),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|force_output",
-     "select _twstart, count(*) n, sum(v) s from %%trows", False),
+     "select _twstart, count(*) n, sum(v) s from %%trows", TWO_STEPS),
+    # islands, blocks and EVENT windows: the whole history's scan, the range's windows queried
+    ("state_window(v) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
+    ("session(ts, 4s) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", PLAN),
+    ("count_window(5) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, max(v) m from %%trows", PLAN),
+    ("event_window(start with v >= 3 end with v = 0) from st partition by tbname", "fill_history",
+     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
+    ("count_window(5, 2) from st partition by tbname", "fill_history", "select _twstart, count(*) n from %%trows",
+     TWO_STEPS),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("trigger", "options", "query", "one_job"), _RANGE_SHAPES)
-def test_a_recalculated_range_in_one_job_writes_what_deriving_then_querying_writes(
+@pytest.mark.parametrize(("trigger", "options", "query", "plan"), _RANGE_SHAPES)
+def test_a_recalculated_range_in_the_history_scan_writes_what_deriving_then_querying_writes(
     session: Session,
     harness: StreamHarness,
     spark: object,
@@ -804,26 +816,26 @@ def test_a_recalculated_range_in_one_job_writes_what_deriving_then_querying_writ
     trigger: str,
     options: str,
     query: str,
-    one_job: bool,
+    plan: str,
 ) -> None:
     """The same rows and stream in two databases, their histories written, then the same
     changes to the rows the streams have not seen (late rows, an emptied window, a row that
     closes more windows). Each of several ranges — inside the data, across its start, across
-    its end, all of it (each group's bounds then its runs') — is recalculated in one database by the one job (``range_scan``), in the
+    its end, all of it (each group's bounds then its runs') — is recalculated in one database
+    as a partition run does (``recalculate``: in the history's scan where it applies), in the
     other by deriving its windows and querying them; afterwards both outputs are the same."""
     from zoneinfo import ZoneInfo
 
-    from dagster_tdstream.compute.history import range_scan
+    from dagster_tdstream.compute.history import recalculate
     from dagster_tdstream.compute.run import compute_triggers, triggers_for_range
-    from dagster_tdstream.compute.window_job import write_window_results
 
     monkeypatch.setattr(bulk_module, "LOCAL_ROWS", 0)  # every table past the in-process size
     create = f"create stream h {trigger} stream_options({options}) into out as {query}"
-    for database in ("one_job", "two_steps"):
+    for database in ("scan", "two_steps"):
         session.execute(_history_rows(database, seed=len(create)))
         session.execute(create)
     assert harness.run_until_idle().failures == []
-    for database in ("one_job", "two_steps"):
+    for database in ("scan", "two_steps"):
         session.execute(
             f"use {database}; insert into a values ({T + 33_000}, 7) ({T + 34_000}, 1) ({T + 150_000}, 2);"
             f"insert into t values ({T + 47_000}, 4) ({T + 160_000}, 5); insert into c values ({T + 95_000}, 3);"
@@ -832,20 +844,15 @@ def test_a_recalculated_range_in_one_job_writes_what_deriving_then_querying_writ
     warehouse, zone = session.warehouse, ZoneInfo("UTC")
     ranges = [(T + 20_000, T + 60_000), (T - 3_600_000, T + 45_000), (T + 50_000, T + 3_600_000), (T, T + 3_600_000)]
     for window_range in ranges:
-        stream = load_stream(warehouse, "one_job.h")
-        with range_scan(spark, warehouse, stream, window_range, timezone=zone) as windows:
-            assert (windows is not None) == one_job
-            if windows is not None:
-                write_window_results(warehouse, stream, windows, replace_range=window_range)
+        _, _, taken = recalculate(spark, warehouse, load_stream(warehouse, "scan.h"), window_range, timezone=zone)
+        assert taken == plan
         stream = load_stream(warehouse, "two_steps.h")
         triggers = triggers_for_range(spark, warehouse, stream, *window_range)
         compute_triggers(spark, warehouse, stream, triggers, timezone=zone, replace_range=window_range)
-        if one_job:
-            written = [
-                sorted(output(session, f"select * from {database}.out"), key=str)
-                for database in ("one_job", "two_steps")
-            ]
-            assert written[0] == written[1] and len(written[0]) >= 2, window_range
+        written = [
+            sorted(output(session, f"select * from {database}.out"), key=str) for database in ("scan", "two_steps")
+        ]
+        assert written[0] == written[1] and len(written[0]) >= 2, window_range
 
 
 def test_a_partition_backfill_of_fixed_windows_reports_the_one_job_and_replaces_its_range(

@@ -37,6 +37,7 @@ from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import Trigger, stream_admission, stream_trigger
 from ..triggers.replay import columns_read
 from ..triggers.rows import CountTrigger, EventTrigger, SessionTrigger, StateTrigger
+from ..triggers.sliding import ON_TIME
 from . import bulk, window_job
 from .bulk import (
     Derived,
@@ -50,12 +51,22 @@ from .bulk import (
     several_tables,
     state_column,
 )
-from .run import PreparedQuery, group_bounds, reads_tags, stream_scope, uses
+from .run import (
+    PreparedQuery,
+    RunOutcome,
+    compute_triggers,
+    group_bounds,
+    reads_tags,
+    stream_scope,
+    triggers_for_range,
+    uses,
+)
 from .udf import function_lookup
-from .window_job import WindowResults, range_results, window_results
+from .window_job import WindowResults, range_results, window_results, write_window_results
 
 PLAN = "one scan"  # the run's metadata names the plan that computed the history
 ONE_JOB = "one Spark job"  # … fixed INTERVAL windows' output with their runs (``window_job.py``)
+TWO_STEPS = "derive, then query"  # … where neither applies
 _ISLAND = "__island"  # a row's island number (``bulk.island_rows``), the window label of islands
 _VALUE = "__value"  # a STATE_WINDOW island's state
 _TIMESTAMPS = "__timestamps"  # a SESSION island's distinct timestamps, in a group of several tables
@@ -159,18 +170,28 @@ def range_scan(
     *,
     timezone: ZoneInfo,
     clock: Callable[[], int] = time.time_ns,
-) -> Iterator[WindowResults | None]:
-    """A recalculation (a partition range, RECALCULATE) of the fixed INTERVAL windows
-    starting in ``window_range`` as one Spark job, as the history's: the windows' output
-    computed with their runs over the range's rows, which of them closed decided by each
-    group's first and last row in the table (``window_job.range_results``). None where the
-    plan does not apply: the run derives the range's windows, then queries them."""
+) -> Iterator[HistoryScan | None]:
+    """A recalculation (a partition range, RECALCULATE) of the windows starting in
+    ``window_range`` in the history's one scan. Fixed INTERVAL windows in one Spark job: the
+    windows' output computed with their runs over the range's rows, which of them closed
+    decided by each group's first and last row in the table (``window_job.range_results``).
+    Islands, blocks and EVENT windows depend on every row before them: the whole history's
+    scan, the range's closed windows handed over as queue rows with the query prepared over
+    it. None where the plan does not apply: the run derives the range's windows, then
+    queries them."""
     table, trigger = stream.trigger_table, stream_trigger(stream)
-    if not isinstance(trigger, WindowTrigger) or table is None:
+    if table is None or not _fusable(stream, trigger, warehouse.stored_rows(table)):
         yield None
         return
-    if not _fusable(stream, trigger, warehouse.stored_rows(table)):
-        yield None
+    if not isinstance(trigger, WindowTrigger):
+        with history_scan(spark, warehouse, stream, None, timezone=timezone, clock=clock) as scan:
+            if scan is None or scan.prepared is None:
+                yield None
+                return
+            start, end = window_range
+            events = (WINDOW_CLOSE, ON_TIME)
+            kept = [t for t in scan.derived.triggers if t["event"] in events and start <= t["wstart"] < end]
+            yield HistoryScan(Derived([{**t, "id": i} for i, t in enumerate(kept)], {}), scan.prepared)
         return
     views = SparkViews(spark, warehouse, stream.db)
     try:
@@ -191,9 +212,33 @@ def range_scan(
         covered = stored is not None and spec.floor(stored[0]) >= start and spec.floor(stored[1]) < end
         covered = covered and stream_admission(stream).pre_filter is None
         bounds = None if covered else group_bounds(views, stream)
-        yield range_results(views, stream, translated, named, window_range, bounds, live=live, clock=clock)
+        windows = range_results(views, stream, translated, named, window_range, bounds, live=live, clock=clock)
+        yield None if windows is None else HistoryScan(Derived([], {}), None, windows)
     finally:
         views.close()
+
+
+def recalculate(
+    spark: Any, warehouse: Warehouse, stream: StreamDefinition, window_range: tuple[int, int], *, timezone: ZoneInfo
+) -> tuple[RunOutcome, list[dict[str, Any]], str]:
+    """A recalculation of the windows starting in ``window_range``, replacing the output
+    there in one commit: in the history's scan where it applies (``range_scan``), else
+    derived, then queried. The outcome, the windows computed as queue rows (none when
+    computed with their runs) and the plan's name."""
+    with range_scan(spark, warehouse, stream, window_range, timezone=timezone) as scan:
+        if scan is None:
+            triggers = triggers_for_range(spark, warehouse, stream, *window_range)
+            outcome = compute_triggers(
+                spark, warehouse, stream, triggers, timezone=timezone, replace_range=window_range
+            )
+            return outcome, triggers, TWO_STEPS
+        if scan.windows is not None:  # fixed INTERVAL windows: computed with their runs
+            return write_window_results(warehouse, stream, scan.windows, replace_range=window_range), [], ONE_JOB
+        triggers = scan.derived.triggers  # queried over the history scan's aggregates
+        outcome = compute_triggers(
+            spark, warehouse, stream, triggers, timezone=timezone, replace_range=window_range, prepared=scan.prepared
+        )
+        return outcome, triggers, PLAN
 
 
 def _labelled(stream: StreamDefinition, trigger: Trigger, rows: Any, pk: str) -> tuple[Any, dict[str, str], Trigger]:
@@ -235,13 +280,14 @@ def history_scan(
     spark: Any,
     warehouse: Warehouse,
     stream: StreamDefinition,
-    version: int,
+    version: int | None,
     *,
     timezone: ZoneInfo,
     clock: Callable[[], int] = time.time_ns,
 ) -> Iterator[HistoryScan | None]:
-    """The history as of WAL offset ``version`` in one scan (see the module), or None where
-    the plan does not apply. The cached aggregates and the views stay until the block ends."""
+    """The history as of WAL offset ``version`` (None: the table as it stands) in one scan
+    (see the module), or None where the plan does not apply. The cached aggregates and the
+    views stay until the block ends."""
     table, query, trigger = stream.trigger_table, stream.stmt.query, stream_trigger(stream)
     if not _fusable(stream, trigger, warehouse.stored_rows(table, version) if table else None):
         yield None

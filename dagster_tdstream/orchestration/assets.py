@@ -26,9 +26,9 @@ from dagster import (
 )
 
 from ..compute.bulk import derive_windows
-from ..compute.history import ONE_JOB, history_scan, range_scan
+from ..compute.history import ONE_JOB, TWO_STEPS, history_scan, recalculate
 from ..compute.history import PLAN as HISTORY_PLAN
-from ..compute.run import RunOutcome, compute_triggers, triggers_for_range
+from ..compute.run import RunOutcome, compute_triggers
 from ..compute.window_job import write_window_results
 from ..faults import failpoint
 from ..notify.events import notification_events
@@ -168,7 +168,7 @@ def _compute(
         warehouse.catalog.save_checkpoint(stream.key, history, derived.states)
         metadata = {MODE_TAG: HISTORY_MODE, "tdstream/history_offset": history}
         plan = HISTORY_PLAN if windows is None else ONE_JOB
-        metadata["tdstream/history_plan"] = plan if scan is not None else "derive, then query"
+        metadata["tdstream/history_plan"] = plan if scan is not None else TWO_STEPS
         metadata["tdstream/groups"] = len(derived.states)
         starts = [int(t["wstart"]) for t in derived.triggers if t["wstart"] is not None]
         first = windows.first_start if windows is not None else min(starts, default=None)
@@ -179,17 +179,9 @@ def _compute(
     else:
         window = context.partition_time_window
         start, end = to_event_time(window.start, stream.precision), to_event_time(window.end, stream.precision)
-        with range_scan(spark, warehouse, stream, (start, end), timezone=zone) as windows:
-            if windows is not None:  # fixed INTERVAL windows: computed with their runs, as a history's
-                triggers: list[dict[str, Any]] = []
-                outcome = write_window_results(warehouse, stream, windows, replace_range=(start, end))
-            else:
-                triggers = triggers_for_range(spark, warehouse, stream, start, end)
-                outcome = compute_triggers(
-                    spark, warehouse, stream, triggers, timezone=zone, replace_range=(start, end)
-                )
+        outcome, triggers, plan = recalculate(spark, warehouse, stream, (start, end), timezone=zone)
         events = notification_events(stream, triggers, outcome.results, history=True, source=context.run.run_id)
         warehouse.catalog.record_notifications(events)  # NOTIFY_HISTORY only; none otherwise
         metadata = {MODE_TAG: "recalculation", "tdstream/range": f"[{window.start}, {window.end})"}
-        metadata["tdstream/recalculation_plan"] = ONE_JOB if windows is not None else "derive, then query"
+        metadata["tdstream/recalculation_plan"] = plan
     return outcome, metadata
