@@ -889,3 +889,33 @@ def test_a_partition_backfill_of_fixed_windows_reports_the_one_job_and_replaces_
     metadata = result.asset_materializations_for_node(asset.node_def.name)[0].metadata
     assert metadata["tdstream/recalculation_plan"].value == ONE_JOB
     assert metadata["tdstream/windows_computed"].value == 3
+
+
+@pytest.mark.parametrize("local_rows", [0, LOCAL_ROWS], ids=["history-scan", "derive-then-query"])
+def test_a_recalculation_of_unchanged_rows_changes_nothing_under_pre_filter(
+    session: Session, harness: StreamHarness, monkeypatch: pytest.MonkeyPatch, local_rows: int
+) -> None:
+    """Rows PRE_FILTER refuses never reach the trigger: they close no window and open no
+    group's span of empty windows, live or recalculated. A partition run over rows the
+    stream has seen writes what the stream wrote."""
+    from dagster import materialize
+
+    monkeypatch.setattr(bulk_module, "LOCAL_ROWS", local_rows)
+    session.execute(
+        "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
+        "create table a using st tags (1); create table b using st tags (2);"
+        "create stream s interval(10s) sliding(10s) from st partition by tbname stream_options(pre_filter(v > 2)) "
+        "into out output_subtable(concat('o_', tbname)) as select _twstart, count(*) n, sum(v) s from %%trows;"
+        # a refused row first, then admitted ones; the newest rows of each table refused
+        f"insert into a values ({T - 30000}, 1) ({T}, 5) ({T + 3000}, 1) ({T + 12000}, 6) ({T + 45000}, 1);"
+        f"insert into b values ({T + 1000}, 7) ({T + 21000}, 8) ({T + 33000}, 2)"
+    )
+    assert harness.run_until_idle().failures == []
+    before = {name: output(session, f"select * from {name}") for name in ("o_a", "o_b")}
+    assert before == {"o_a": [(T, 1, 5)], "o_b": [(T, 1, 7), (T + 10000, 0, None)]}
+    asset = harness._definitions()[0].asset
+    result = materialize(
+        [asset], instance=harness.instance, resources=harness.resources, partition_key="2023-11-14-22:00"
+    )
+    assert result.success
+    assert {name: output(session, f"select * from {name}") for name in ("o_a", "o_b")} == before

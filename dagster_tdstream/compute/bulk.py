@@ -534,16 +534,24 @@ def _row_scope(stream: StreamDefinition) -> tuple[SourceTable, TranslationContex
     return source, TranslationContext(lambda name: source, resolve_timezone(stream.info.timezone))
 
 
+def pre_filter_sql(stream: StreamDefinition) -> str | None:
+    """PRE_FILTER as Spark SQL over the trigger table's rows aliased ``d``; None without one."""
+    pre_filter = stream_admission(stream).pre_filter
+    if pre_filter is None:
+        return None
+    source, ctx = _row_scope(stream)
+    return row_condition(source, pre_filter, ctx)
+
+
 def pre_filtered(stream: StreamDefinition, frame: Any) -> Any:
     """The rows of ``frame`` (the trigger table's) PRE_FILTER admits, as the run's query
     filters them; all of them without PRE_FILTER."""
-    pre_filter = stream_admission(stream).pre_filter
-    if pre_filter is None:
+    condition = pre_filter_sql(stream)
+    if condition is None:
         return frame
     from pyspark.sql import functions as F
 
-    source, ctx = _row_scope(stream)
-    return frame.alias("d").where(F.expr(row_condition(source, pre_filter, ctx)))
+    return frame.alias("d").where(F.expr(condition))
 
 
 def _conditions(stream: StreamDefinition, trigger: EventTrigger) -> list[list[str]]:

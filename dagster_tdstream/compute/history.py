@@ -205,12 +205,10 @@ def range_scan(
         live = live_child_names(warehouse, table) if late_children else None
         stored = warehouse.key_bounds(table)  # Delta statistics, no scan
         start, end = window_range
-        # every row in a window of the range (a backfill of everything) and a run's (no
-        # PRE_FILTER leaving rows out of them): each group's first and last row are its
-        # runs', no scan of the table for them
+        # every row in a window of the range (a backfill of everything): each group's first
+        # and last row the trigger sees are its runs', no scan of the table for them
         spec = trigger.spec
         covered = stored is not None and spec.floor(stored[0]) >= start and spec.floor(stored[1]) < end
-        covered = covered and stream_admission(stream).pre_filter is None
         bounds = None if covered else group_bounds(views, stream)
         windows = range_results(views, stream, translated, named, window_range, bounds, live=live, clock=clock)
         yield None if windows is None else HistoryScan(Derived([], {}), None, windows)

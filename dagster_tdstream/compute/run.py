@@ -57,7 +57,7 @@ from ..triggers.period import PeriodTrigger
 from ..triggers.plan import Trigger, computed_events, stream_trigger
 from ..triggers.sliding import ON_TIME, SlidingPointTrigger
 from ..triggers.tick import group_identity, queue_row, rows_in_offsets
-from .bulk import derive_windows, group_column_sql
+from .bulk import derive_windows, group_column_sql, pre_filter_sql
 from .fill import fill_windows
 from .output import Group, group_of, write_results
 from .query import run_query
@@ -737,8 +737,9 @@ def triggers_for_range(
 
 
 def _keyed_rows(views: SparkViews, stream: StreamDefinition) -> tuple[list[str], str, Any]:
-    """The trigger table's rows from the FILL_HISTORY start with their group values (``__g1``
-    …, by PARTITION BY) as SQL, those names, and each group's first and last row (``lo``,
+    """The trigger table's rows that reach the trigger (from the FILL_HISTORY start, those
+    PRE_FILTER admits: a refused row closes no window) with their group values (``__g1`` …,
+    by PARTITION BY) as SQL, those names, and each group's first and last row (``lo``,
     ``hi``: what decides which of its windows exist and closed) as a DataFrame."""
     table = stream.trigger_table
     assert table is not None
@@ -748,8 +749,10 @@ def _keyed_rows(views: SparkViews, stream: StreamDefinition) -> tuple[list[str],
     keys = [f"{sql} AS {name}" for sql, name in zip(group_column_sql(stream, source, ctx), names, strict=True)]
     pk = f"`{table.primary_key}`"
     group_by = f" GROUP BY {', '.join(names)}" if names else ""
-    history = f" WHERE d.{pk} >= {stream.history_start}" if stream.history_start is not None else ""
-    keyed = f"(SELECT {', '.join(['d.*', *keys])} FROM `{source.view}` d{history})"
+    admitted = [f"d.{pk} >= {stream.history_start}"] if stream.history_start is not None else []
+    admitted += [f"({condition})" for condition in [pre_filter_sql(stream)] if condition is not None]
+    where = f" WHERE {' AND '.join(admitted)}" if admitted else ""
+    keyed = f"(SELECT {', '.join(['d.*', *keys])} FROM `{source.view}` d{where})"
     name_list = "".join(f"{k}, " for k in names)
     return names, keyed, views.sql(f"SELECT {name_list}min({pk}) AS lo, max({pk}) AS hi FROM {keyed}{group_by}")
 
