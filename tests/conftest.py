@@ -84,9 +84,11 @@ def sql_session(warehouse: Warehouse) -> Session:
 
 
 @pytest.fixture
-def harness(warehouse: Warehouse, spark: object) -> StreamHarness:
+def harness(warehouse: Warehouse, spark: object) -> Iterator[StreamHarness]:
     """Drives the warehouse's streams in-process through Dagster (UTC literals)."""
-    return StreamHarness(warehouse, timezone="UTC")
+    driver = StreamHarness(warehouse, timezone="UTC")
+    yield driver
+    driver.close()
 
 
 def assert_rejected(session: Session, statement: str, message: str) -> None:

@@ -32,6 +32,17 @@ def open_warehouse(uri: str | None, metadata_url: str | None) -> Warehouse:
         return warehouse
 
 
+def close_warehouse(uri: str | None, metadata_url: str | None) -> None:
+    """Close and forget this process's shared ``Warehouse`` of a location (its catalog's
+    connections and table handles), for a process done with it — a test harness: a process
+    driving many locations in turn would otherwise keep every one open."""
+    key = (resolve_warehouse_uri(uri), metadata_url or os.environ.get(METADATA_ENV))
+    with _warehouses_lock:
+        warehouse = _warehouses.pop(key, None)
+    if warehouse is not None:
+        warehouse.close()
+
+
 class TDStreamWarehouse(ConfigurableResource):
     """Where tables and the catalog live; ``uri``/``metadata_url`` default to the
     ``TDSTREAM_WAREHOUSE``/``TDSTREAM_METADATA_URL`` environment, then ``./.tdstream``."""

@@ -252,9 +252,9 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
     warehouse = Warehouse(str(tmp / "warehouse"))
     # the WebSocket logger TDengine's notify tests start: {port} in the statements is its port
     log = NotificationLog() if any(_PORT.search(sql) for sql in case.get("stream_sql", [])) else None
+    harness = StreamHarness(warehouse, timezone=timezone)
     try:
         session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case))
-        harness = StreamHarness(warehouse, timezone=timezone)
         now_ms = time.time_ns() // 10**6  # <NOW>: the client clock, captured once at test start
         # the data the setup's comment stands for: created first, a taosBenchmark run (which
         # writes into the setup's tables) after the setup
@@ -336,6 +336,7 @@ def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
                 else:
                     _check(session, check, history)
     finally:
+        harness.close()
         warehouse.close()
         if log is not None:
             log.close()

@@ -44,7 +44,7 @@ from dagster._utils.schedules import schedule_execution_time_iterator
 from ..orchestration.definitions import StreamJob, stream_definitions
 from ..orchestration.live import has_work
 from ..orchestration.notifications import NOTIFICATION_SENSOR, TDStreamNotifier, build_notification_sensor
-from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse
+from ..orchestration.resources import TDStreamSpark, TDStreamWarehouse, close_warehouse
 from ..orchestration.sensors import CANNOT_RUN
 from ..orchestration.tags import LIVE_MODE, MODE_TAG, UNTIL_IDLE_TAG
 from ..orchestration.translator import DagsterTDStreamTranslator
@@ -134,6 +134,13 @@ class StreamHarness:
         )
         self.schedule_marks: dict[str, float] = {}  # schedule → processing time (s) last looked at
         self.periodic: set[AssetKey] = set()  # the assets of PERIOD streams, as of the last round
+
+    def close(self) -> None:
+        """Release what the runs opened in this process for the warehouse (the shared
+        ``Warehouse`` of its location, its catalog connections); the warehouse passed in stays
+        the caller's to close."""
+        resource = self.resources["tdstream_warehouse"]
+        close_warehouse(resource.uri, resource.metadata_url)
 
     def clock(self) -> int:
         """Processing time as the streams see it (ns)."""
