@@ -769,41 +769,15 @@ def _history_both_ways(
     assert states[0] == states[1] and states[0]
 
 
-_RANGE_SHAPES = [  # (trigger and source, options, query), the plan a recalculation takes
-    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history",
-     "select _twstart, count(*) n, sum(v) s, max(v) m from %%trows", ONE_JOB),
-    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
-     "select _twstart, _twend, _twduration, %%tbname tb, count(*) n, sum(v) s from %%trows", ONE_JOB),
-    ("interval(10s) sliding(10s) from st partition by g", "fill_history",
-     "select _twstart, _twend, count(*) n, avg(v) a, count(v) c from %%trows", ONE_JOB),
-    ("interval(10s) sliding(10s) from st", "fill_history", "select _twstart, count(*) n, min(v) m from %%trows",
-     ONE_JOB),
-    ("interval(10s) sliding(10s) from t", "fill_history", "select _twstart, sum(v) + 1 s, count(*) n from %%trows",
-     ONE_JOB),
-    ("interval(10s, 3s) sliding(10s) from st partition by tbname", "fill_history|watermark(15s)",
-     "select _twstart, count(*) n, spread(v) s from %%trows", ONE_JOB),
-    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|pre_filter(v > 2)",
-     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", ONE_JOB),
-    ("interval(10s) sliding(10s) from st partition by g", "fill_history|pre_filter(v > 3)",
-     "select _twstart, count(*) n, sum(v) s from %%trows having count(*) < 3", ONE_JOB),
-    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger",
-     "select _twstart, count(*) n, sum(v) s from %%trows having sum(v) > 6", ONE_JOB),
-    # MAX_DELAY writes a range's open windows again; FORCE_OUTPUT needs triggers of its own
-    ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|max_delay(3s)",
-     "select _twstart, count(*) n, sum(v) s from %%trows", TWO_STEPS),
+_ROW_WINDOWS = ("state_window", "session", "count_window", "event_window")
+# a recalculation takes the history's plans: fixed INTERVAL windows in one job (not MAX_DELAY,
+# which writes a range's open windows again), the first of each row window's one-scan shapes
+# (their range needs the whole history), and derives, then queries, where neither applies
+_RANGE_SHAPES = [
+    *((t, o, q, ONE_JOB if "max_delay" not in o else TWO_STEPS) for t, o, q, plan in _SHAPES if plan == ONE_JOB),
+    *(next(shape for shape in _SHAPES if shape[0].startswith(kind) and shape[3] == PLAN) for kind in _ROW_WINDOWS),
     ("interval(10s) sliding(10s) from st partition by tbname", "fill_history|ignore_nodata_trigger|force_output",
      "select _twstart, count(*) n, sum(v) s from %%trows", TWO_STEPS),
-    # islands, blocks and EVENT windows: the whole history's scan, the range's windows queried
-    ("state_window(v) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
-    ("session(ts, 4s) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, avg(v) a from %%trows", PLAN),
-    ("count_window(5) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, max(v) m from %%trows", PLAN),
-    ("event_window(start with v >= 3 end with v = 0) from st partition by tbname", "fill_history",
-     "select _twstart, _twend, count(*) n, sum(v) s from %%trows", PLAN),
-    ("count_window(5, 2) from st partition by tbname", "fill_history", "select _twstart, count(*) n from %%trows",
-     TWO_STEPS),
 ]  # fmt: skip
 
 
