@@ -241,8 +241,33 @@ class FixedClosing:
         return None, state
 
 
-def fixed_closing(trigger: Trigger, runs: pa.Table, names: Sequence[str]) -> FixedClosing | None:
-    """``FixedClosing`` of ``runs`` (groups told apart by ``names``) for fixed windows a row
+@dataclass(frozen=True)
+class _FixedRuns:
+    """Runs of fixed windows (one row per group and window) sorted by group, then window."""
+
+    trigger: WindowTrigger
+    spec: IntervalSpec
+    runs: pa.Table
+    heads: np.ndarray  # each group's first run
+    sizes: np.ndarray  # each group's runs
+    starts: np.ndarray  # each run's window start
+    group: np.ndarray  # each run's group number
+
+    def newest(self) -> np.ndarray:
+        """Each group's newest row among its runs."""
+        if not len(self.heads):
+            return np.zeros(0, np.int64)
+        return np.maximum.reduceat(self.runs.column("__last").to_numpy(), self.heads)
+
+    def last_closed(self, newest: np.ndarray) -> np.ndarray:
+        """Per group, the last window start its newest row (less the watermark) closes:
+        ``spec.last_closed`` over an array."""
+        progress = newest - self.trigger.watermark - self.spec.interval
+        return progress - (progress - self.spec.offset) % self.spec.sliding
+
+
+def _fixed_runs(trigger: Trigger, runs: pa.Table, names: Sequence[str]) -> _FixedRuns | None:
+    """``runs`` (groups told apart by ``names``) as ``_FixedRuns`` for fixed windows a row
     lies in one of (SLIDING equal to INTERVAL) that fire WINDOW_CLOSE only; None where the
     trigger is not of that kind or two runs share a window."""
     if not isinstance(trigger, WindowTrigger) or not fast_interval(trigger):
@@ -257,11 +282,23 @@ def fixed_closing(trigger: Trigger, runs: pa.Table, names: Sequence[str]) -> Fix
     group = np.repeat(np.arange(len(heads)), sizes)
     if np.any((starts[1:] == starts[:-1]) & (group[1:] == group[:-1])):
         return None  # two runs of one window: not the grouping this counts on
-    newest = np.maximum.reduceat(runs.column("__last").to_numpy(), heads) if len(heads) else np.zeros(0, np.int64)
-    progress = newest - trigger.watermark - spec.interval
-    last = progress - (progress - spec.offset) % spec.sliding  # spec.last_closed, per group
-    closing = starts <= last[group]
-    return FixedClosing(trigger, runs, heads, sizes, starts, closing, newest, last, starts[heads])
+    return _FixedRuns(trigger, spec, runs, heads, sizes, starts, group)
+
+
+def fixed_closing(trigger: Trigger, runs: pa.Table, names: Sequence[str]) -> FixedClosing | None:
+    """``FixedClosing`` of ``runs`` (groups told apart by ``names``) for fixed windows a row
+    lies in one of (SLIDING equal to INTERVAL) that fire WINDOW_CLOSE only; None where the
+    trigger is not of that kind or two runs share a window."""
+    fixed = _fixed_runs(trigger, runs, names)
+    if fixed is None:
+        return None
+    newest = fixed.newest()
+    last = fixed.last_closed(newest)
+    closing = fixed.starts <= last[fixed.group]
+    starts = fixed.starts
+    return FixedClosing(
+        fixed.trigger, fixed.runs, fixed.heads, fixed.sizes, starts, closing, newest, last, starts[fixed.heads]
+    )
 
 
 @dataclass(frozen=True)
@@ -286,49 +323,39 @@ def range_closing(
     values with ``lo`` and ``hi``, None when the runs hold every row) for fixed windows that
     fire WINDOW_CLOSE only, each group closing its own (no MAX_DELAY, no stream-wide close);
     None where the trigger is not of that kind or two runs share a window."""
-    if not isinstance(trigger, WindowTrigger) or not fast_interval(trigger):
+    if isinstance(trigger, WindowTrigger) and (trigger.max_delay is not None or trigger.stream_close):
         return None
-    spec = trigger.spec
-    if not isinstance(spec, IntervalSpec) or spec.sliding != spec.interval:
+    fixed = _fixed_runs(trigger, runs, names)
+    if fixed is None:
         return None
-    if trigger.max_delay is not None or trigger.stream_close:
-        return None
+    spec, heads, starts = fixed.spec, fixed.heads, fixed.starts
     found = {
         tuple(row[n] for n in names): (row["lo"], row["hi"])
         for row in (bounds.to_pylist() if bounds is not None else [])
         if row["hi"] is not None
     }
-    grouped, keys = _grouped_by(runs, list(names))
-    grouped, heads, sizes = _group_spans(grouped, keys, "__first")
-    first = grouped.column("__first").to_numpy()
-    starts = first - (first - spec.offset) % spec.sliding
-    group = np.repeat(np.arange(len(heads)), sizes)
-    if np.any((starts[1:] == starts[:-1]) & (group[1:] == group[:-1])):
-        return None
-    heading = grouped.select(list(names)).take(pa.array(heads)).to_pylist() if names else [{} for _ in heads]
+    heading = fixed.runs.select(list(names)).take(pa.array(heads)).to_pylist() if names else [{} for _ in heads]
     values = [tuple(row[n] for n in names) for row in heading]
-    newest = np.maximum.reduceat(grouped.column("__last").to_numpy(), heads) if len(heads) else heads
-    for key, lowest, high in zip(values, first[heads].tolist(), newest.tolist(), strict=True):
+    lowest = fixed.runs.column("__first").to_numpy()[heads].tolist()
+    for key, low, high in zip(values, lowest, fixed.newest().tolist(), strict=True):
         # a run read after the bounds may be newer still
-        lo, hi = found.get(key, (lowest, high))
-        found[key] = (min(lo, lowest), max(hi, high))
-    hi = np.array([found[key][1] for key in values], dtype=np.int64)
-    progress = hi - trigger.watermark - spec.interval
-    last = progress - (progress - spec.offset) % spec.sliding  # spec.last_closed, per group
-    closing = starts <= last[group]
+        lo, hi = found.get(key, (low, high))
+        found[key] = (min(lo, low), max(hi, high))
+    last = fixed.last_closed(np.array([found[key][1] for key in values], dtype=np.int64))
+    closing = starts <= last[fixed.group]
     empty: list[tuple[tuple[Any, ...], list[int]]] = []
-    if not trigger.ignore_nodata:  # every window a group has passed fires, rows or not
+    if not fixed.trigger.ignore_nodata:  # every window a group has passed fires, rows or not
         start, end = window_range
-        spans = dict(zip(values, zip(heads.tolist(), sizes.tolist(), strict=True), strict=True))
+        spans = dict(zip(values, zip(heads.tolist(), fixed.sizes.tolist(), strict=True), strict=True))
         for key, (lo, high) in found.items():
             opened = max(spec.first_start(lo), spec.after(spec.floor(start - 1)))
-            top = min(spec.last_closed(high - trigger.watermark), end - 1)
+            top = min(spec.last_closed(high - fixed.trigger.watermark), end - 1)
             head, size = spans.get(key, (0, 0))
             present = starts[head : head + size][closing[head : head + size]]
             if top >= opened and (top - opened) // spec.sliding + 1 != len(present):
                 have = set(present.tolist())
                 empty.append((key, [s for s in spec.between(opened, top) if s not in have]))
-    return RangeClosing(grouped, heads, starts, closing, empty)
+    return RangeClosing(fixed.runs, heads, starts, closing, empty)
 
 
 def fixed_interval_outcomes(

@@ -37,7 +37,6 @@ from ..triggers.engine import WINDOW_CLOSE, WindowTrigger
 from ..triggers.plan import Trigger, stream_admission, stream_trigger
 from ..triggers.replay import columns_read
 from ..triggers.rows import CountTrigger, EventTrigger, SessionTrigger, StateTrigger
-from ..triggers.sliding import ON_TIME
 from . import bulk, window_job
 from .bulk import (
     Derived,
@@ -56,6 +55,7 @@ from .run import (
     RunOutcome,
     compute_triggers,
     group_bounds,
+    range_triggers,
     reads_tags,
     stream_scope,
     triggers_for_range,
@@ -188,10 +188,8 @@ def range_scan(
             if scan is None or scan.prepared is None:
                 yield None
                 return
-            start, end = window_range
-            events = (WINDOW_CLOSE, ON_TIME)
-            kept = [t for t in scan.derived.triggers if t["event"] in events and start <= t["wstart"] < end]
-            yield HistoryScan(Derived([{**t, "id": i} for i, t in enumerate(kept)], {}), scan.prepared)
+            kept = range_triggers(scan.derived.triggers, *window_range)
+            yield HistoryScan(Derived(kept, {}), scan.prepared)
         return
     views = SparkViews(spark, warehouse, stream.db)
     try:

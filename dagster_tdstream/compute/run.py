@@ -768,9 +768,14 @@ def _row_windows_for_range(
 ) -> list[dict[str, Any]]:
     """Row windows (STATE/SESSION/EVENT/COUNT) and SLIDING points starting in [start, end):
     every group's rows replayed in Spark through the trigger the sensor runs (``bulk.py``)."""
-    derived = derive_windows(spark, warehouse, stream)
-    kept = [t for t in derived.triggers if t["event"] in (WINDOW_CLOSE, ON_TIME) and start <= t["wstart"] < end]
+    return range_triggers(derive_windows(spark, warehouse, stream).triggers, start, end)
+
+
+def range_triggers(triggers: Sequence[dict[str, Any]], start: int, end: int) -> list[dict[str, Any]]:
+    """The closed windows and SLIDING points of ``triggers`` (a whole history's) that start
+    in [start, end), numbered afresh."""
+    kept = [t for t in triggers if t["event"] in (WINDOW_CLOSE, ON_TIME) and start <= t["wstart"] < end]
     return [{**t, "id": i} for i, t in enumerate(kept)]
 
 
-__all__ = ["Group", "RunOutcome", "compute_triggers", "group_bounds", "triggers_for_range"]
+__all__ = ["Group", "RunOutcome", "compute_triggers", "group_bounds", "range_triggers", "triggers_for_range"]

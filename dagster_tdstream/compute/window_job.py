@@ -157,8 +157,7 @@ def window_results(
     if found is None:
         return None
     heads = found.heads
-    firsts = found.runs.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
-    values = [[row[key] for key in groups] for row in firsts]
+    values = _group_values(found.runs, heads, groups)
     states: dict[str, dict[str, Any]] = {}
     empty: list[tuple[list[Any], list[tuple[int, int]]]] = []  # windows without rows that fire
     for g, group_values in enumerate(values):
@@ -195,12 +194,17 @@ def range_results(
     if found is None:
         return None
     heads = found.heads
-    firsts = found.runs.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
-    values = [[row[key] for key in groups] for row in firsts]
+    values = _group_values(found.runs, heads, groups)
     interval = trigger.spec.interval  # type: ignore[union-attr]
     empty = [(list(key), [(start, start + interval) for start in starts]) for key, starts in found.empty]
     closed = (found.runs, heads, found.starts, found.closing)
     return _results(views, stream, translated, views_named, closed, values, empty, now, {})
+
+
+def _group_values(runs: pa.Table, heads: np.ndarray, groups: list[str]) -> list[list[Any]]:
+    """Each group's values (``groups``' columns), from its first run."""
+    firsts = runs.select(groups).take(pa.array(heads)).to_pylist() if groups else [{} for _ in heads]
+    return [[row[key] for key in groups] for row in firsts]
 
 
 def _results(

@@ -20,11 +20,15 @@ _warehouses_lock = threading.Lock()
 _warehouses: dict[tuple[str, str | None], Warehouse] = {}
 
 
+def _location(uri: str | None, metadata_url: str | None) -> tuple[str, str | None]:
+    return resolve_warehouse_uri(uri), metadata_url or os.environ.get(METADATA_ENV)
+
+
 def open_warehouse(uri: str | None, metadata_url: str | None) -> Warehouse:
     """One ``Warehouse`` per location and process: Dagster hands every run and tick a fresh
     copy of a resource, and each would otherwise open its own catalog engine and Delta table
     handles, and a new catalog engine checks the catalog's schema: a tick paid for both."""
-    key = (resolve_warehouse_uri(uri), metadata_url or os.environ.get(METADATA_ENV))
+    key = _location(uri, metadata_url)
     with _warehouses_lock:
         warehouse = _warehouses.get(key)
         if warehouse is None:
@@ -36,9 +40,8 @@ def close_warehouse(uri: str | None, metadata_url: str | None) -> None:
     """Close and forget this process's shared ``Warehouse`` of a location (its catalog's
     connections and table handles), for a process done with it — a test harness: a process
     driving many locations in turn would otherwise keep every one open."""
-    key = (resolve_warehouse_uri(uri), metadata_url or os.environ.get(METADATA_ENV))
     with _warehouses_lock:
-        warehouse = _warehouses.pop(key, None)
+        warehouse = _warehouses.pop(_location(uri, metadata_url), None)
     if warehouse is not None:
         warehouse.close()
 
