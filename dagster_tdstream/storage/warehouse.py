@@ -211,6 +211,8 @@ class Warehouse:
 
     def create_child_tables(self, children: Sequence[TableInfo]) -> list[TableInfo]:
         """Register child tables (already validated); existing names are skipped."""
+        if not children:  # most INSERTs: no write transaction on the catalog for nothing
+            return []
         created: list[TableInfo] = []
         with self.catalog.transaction() as conn:
             taken = {
