@@ -37,6 +37,7 @@ from .families import continuous_query, legacy_stream, server_options, tsma, tsm
 from .families.client_options import ClientOptions
 from .families.insert import execute_insert, typed_value
 from .families.maintenance import execute_maintain
+from .families.writer_insert import run_in_writer
 from .results import TSMA_METADATA_KEY, Result
 from .sql import ast
 from .sql.constants import ConstantContext, evaluate
@@ -126,6 +127,9 @@ class Session:
         return list(self.iter_execute(sql))
 
     def iter_execute(self, sql: str) -> Iterator[Result]:
+        if (ran := run_in_writer(self, sql)) is not None:  # an INSERT the warehouse's writer ran
+            yield ran
+            return
         # parse the whole script first: a syntax error anywhere runs nothing
         statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
         control = self.control

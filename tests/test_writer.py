@@ -20,12 +20,12 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from dagster_tdstream import Session, Warehouse, WriteRejectedError
+from dagster_tdstream import Session, TDStreamError, Warehouse, WriteRejectedError
 from dagster_tdstream.cli.main import main
 from dagster_tdstream.faults import FAILPOINT_ENV
 from dagster_tdstream.storage import warehouse as warehouse_module
 from dagster_tdstream.storage.groupcommit import GROUP_KEY
-from dagster_tdstream.storage.writer import WriterServer, address, request
+from dagster_tdstream.storage.writer import WRITER_ENV, WriterServer, address, request
 
 SCHEMA = (
     "create database d; use d; create stable st (ts timestamp, v int) tags (g int);"
@@ -79,7 +79,7 @@ def _client(warehouse: Warehouse, *statements: str) -> subprocess.Popen[bytes]:
 def test_writes_of_several_processes_are_committed_by_the_writer_in_groups(writer_of: Warehouse) -> None:
     warehouse = writer_of
     assert "ready in" in _start(warehouse)
-    assert "0 writes in 0 commits" in _cli("writer", "status", "--warehouse", warehouse.uri)
+    assert "0 writes (0 sent as SQL) in 0 commits" in _cli("writer", "status", "--warehouse", warehouse.uri)
     before = warehouse.delta.latest_version("d", "st")
     with warehouse.locks.hold([("d", "st")]):  # a long write holds the table: the requests queue up
         clients = [_client(warehouse, f"insert into c{n} values ({n}000, {n})") for n in (1, 2, 3)]
@@ -110,6 +110,66 @@ def test_writes_of_several_processes_are_committed_by_the_writer_in_groups(write
     assert "no writer is running" in _cli("writer", "status", "--warehouse", warehouse.uri)
     assert _client(warehouse, "insert into c2 values (7000, 7)").wait(timeout=120) == 0
     assert ("c2", 7000, 7) in _keys(warehouse)
+
+
+def _rows_of(warehouse: Warehouse, table: str) -> list[tuple[int, int]]:
+    return sorted(
+        (r["ts"], r["v"]) for r in warehouse.read_table(warehouse.table("d", "st")).to_pylist() if r["tbname"] == table
+    )
+
+
+def test_an_insert_runs_in_the_writer_as_its_client_would_run_it(
+    writer_of: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session sends one INSERT's text to the writer, which parses, checks and converts it
+    with the session's database, time zone and NOW; what the writer does not take the client
+    runs, and a rejected statement's error is the one the client raises without a writer."""
+    warehouse = writer_of
+    _start(warehouse)
+    clock = 1_700_000_123_456_789_000  # ns: NOW is the client's
+    sent = Session(Warehouse(warehouse.uri), database="d", timezone="Asia/Shanghai", clock=lambda: clock)
+    monkeypatch.setenv(WRITER_ENV, "off")
+    local = Session(Warehouse(warehouse.uri), database="d", timezone="Asia/Shanghai", clock=lambda: clock)
+    monkeypatch.delenv(WRITER_ENV)
+    statements = [
+        "insert into {t} values (now, 1) ('2024-01-01 08:00:00', 2) (now + 1s, 3)",
+        "INSERT INTO d.{t} (ts, v) VALUES (1000, 4) (1000, 5)",  # a key written twice: the last wins
+        "  insert into {t} values (2000, 6);",
+    ]
+    for statement in statements:
+        assert (
+            sent.execute(statement.format(t="c1"))[-1].affected == local.execute(statement.format(t="c2"))[-1].affected
+        )
+    assert _rows_of(warehouse, "c1") == _rows_of(warehouse, "c2")
+    assert (1_704_067_200_000, 2) in _rows_of(warehouse, "c1")  # 08:00 in Shanghai is midnight UTC
+    assert (clock // 1_000_000, 1) in _rows_of(warehouse, "c1")
+    status = _status(warehouse)
+    assert status is not None and (status["statements"], status["requests"]) == (3, 3)
+    # not taken, and run by the client: a script, and an INSERT creating its child table
+    sent.execute("insert into c3 values (1000, 1); insert into c3 values (2000, 2)")
+    sent.execute("insert into c4 using st tags (4) values (1000, 4)")
+    assert _rows_of(warehouse, "c3") == [(1000, 1), (2000, 2)] and _rows_of(warehouse, "c4") == [(1000, 4)]
+    status = _status(warehouse)
+    assert status is not None and (status["statements"], status["requests"]) == (3, 6)  # their rows sent
+    # rejected: the same error, at the same position, as without the writer
+    for bad in [
+        "insert into c1 values\n  (5000, 'five')",
+        "insert into nowhere values (1, 1)",
+        "insert into c1 values (1,",
+    ]:
+        with pytest.raises(TDStreamError) as by_writer:
+            sent.execute(bad)
+        with pytest.raises(TDStreamError) as by_client:
+            local.execute(bad)
+        assert type(by_writer.value) is type(by_client.value)
+        assert (str(by_writer.value), by_writer.value.line, by_writer.value.column) == (
+            str(by_client.value),
+            by_client.value.line,
+            by_client.value.column,
+        )
+        assert by_writer.value.line is not None
+    status = _status(warehouse)
+    assert status is not None and (status["statements"], status["requests"]) == (3, 6)
 
 
 @pytest.mark.parametrize("failpoint", ["writer-received", "after-data-commit"])

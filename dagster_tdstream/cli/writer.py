@@ -46,7 +46,8 @@ def _located(warehouse: str | None, metadata_url: str | None) -> tuple[Path, byt
 def _describe(status: dict[str, Any]) -> str:
     return (
         f"writer (pid {status['pid']}) of {status['warehouse']}: up {time.time() - status['started']:.0f} s, "
-        f"{status['requests']} writes in {status['commits']} commits, {status['connections']} connected"
+        f"{status['requests']} writes ({status.get('statements', 0)} sent as SQL) in {status['commits']} commits, "
+        f"{status['connections']} connected"
     )
 
 
@@ -96,13 +97,14 @@ def start(warehouse: str | None, metadata_url: str | None, idle_seconds: float |
 @_idle
 def serve(warehouse: str | None, metadata_url: str | None, idle_seconds: float | None) -> None:
     """Run the writer in the foreground until stopped."""
+    from ..families.writer_insert import writer_statements
     from ..storage.warehouse import Warehouse
     from ..storage.writer import WriterServer
 
     root, _ = _located(warehouse, metadata_url)
     try:
         opened = Warehouse(str(root), metadata_url=metadata_url)
-        server = WriterServer(opened, root, idle_seconds)
+        server = WriterServer(opened, root, idle_seconds, writer_statements(opened))
         click.echo(f"writer (pid {os.getpid()}) serving {root}", err=True)
         server.serve()
     except TDStreamError as exc:

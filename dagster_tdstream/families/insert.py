@@ -12,6 +12,7 @@ is the definition and gives the error with its position. Must not write storage 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,7 +37,28 @@ _BOOLEAN = r"(?i)^(?:true|false)$"
 _NULL = r"(?i)^null$"
 
 
+@dataclass(frozen=True)
+class PreparedInsert:
+    """An INSERT's checked rows, ready for one warehouse write (nothing written yet)."""
+
+    batches: tuple[WriteBatch, ...]
+    new_children: tuple[TableInfo, ...]  # created by the write (INSERT … USING)
+    rows: int
+
+
 def execute_insert(session: Session, stmt: ast.Insert) -> Result:
+    prepared = prepare_insert(session, stmt)
+    session.warehouse.write(prepared.batches, prepared.new_children)
+    return inserted(prepared.rows)
+
+
+def inserted(rows: int) -> Result:
+    return Result(message=f"Insert OK, {rows} row(s) affected", affected=rows)
+
+
+def prepare_insert(session: Session, stmt: ast.Insert) -> PreparedInsert:
+    """Resolve, check and convert every target's rows; raises what a rejected statement
+    raises, with its position."""
     # the statement's tables and databases are looked up once, not per target: an INSERT into
     # 100 child tables spent most of its time in catalog reads
     named: dict[str, set[str]] = {}
@@ -85,8 +107,7 @@ def execute_insert(session: Session, stmt: ast.Insert) -> Result:
         data = _target_data(target, info, _positions(target, info), contexts[db], shared.get(index))
         total += data.num_rows
         batches.append(WriteBatch(info, data))
-    session.warehouse.write(batches, new_children)
-    return Result(message=f"Insert OK, {total} row(s) affected", affected=total)
+    return PreparedInsert(tuple(batches), tuple(new_children), total)
 
 
 def _positions(target: ast.InsertTarget, info: TableInfo) -> list[int]:

@@ -270,6 +270,22 @@ class DeltaStore:
                 found.append((version, str(info[key])))
         return found
 
+    def commit_listing(self, db: str, table: str, key: str, item: str, since_ms: int) -> int | None:
+        """The version whose commit info lists ``item`` under ``key`` (comma-separated), looked
+        for from the newest version back to the first one committed before ``since_ms``
+        (epoch ms) or whose log entry is gone; None when none lists it."""
+        path = local_path(self.uri(db, table))
+        for version in range(self.latest_version(db, table), -1, -1):
+            lines = log_lines(path, version)
+            if lines is None:
+                return None
+            info = _commit_info(lines)
+            if item in str(info.get(key, "")).split(","):
+                return version
+            if int(info.get("timestamp", 0)) < since_ms:
+                return None
+        return None
+
     def commit_marks(self, db: str, table: str, start: int, end: int) -> dict[str, int] | None:
         """The newest key per table name written by versions [start, end], from their commit
         info; None when one of them cannot tell (written by another tool, its log entry

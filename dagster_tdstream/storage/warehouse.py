@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -71,6 +71,16 @@ class WriteResult:
     rows: int
     merged: bool
     versions: dict[str, int]  # storage table → new Delta version (WAL offset)
+
+
+class StoredRows(NamedTuple):
+    """One physical table's rows of a write as stored, with each table name's smallest and
+    largest key."""
+
+    target: StagedTable
+    rows: pa.Table
+    low: dict[str, int]
+    high: dict[str, int]
 
 
 class Warehouse:
@@ -305,25 +315,30 @@ class Warehouse:
                     self.catalog.drop_table(conn, child.db, child.name)
             raise
 
-    def _write(self, batches: Sequence[WriteBatch]) -> WriteResult:
+    def rows_as_stored(self, batches: Sequence[WriteBatch]) -> list[StoredRows]:
+        """Each physical table's rows of a write as they are stored (a super table's with
+        ``tbname``, the last row for a repeated key), with each table name's key span."""
         by_storage: dict[tuple[str, str], list[WriteBatch]] = {}
         for batch in batches:
             by_storage.setdefault((batch.table.db, batch.table.storage_name), []).append(batch)
-        # every table's rows become Arrow before the first commit: a value Arrow refuses
-        # rejects the whole statement, not the tables after the ones already committed
-        prepared = [
-            (
+        return [
+            StoredRows(
                 _staged_table(group[0].table),
                 *_storage_rows(group, group[0].table.columns, group[0].table.kind != "normal"),
             )
             for group in by_storage.values()
         ]
+
+    def _write(self, batches: Sequence[WriteBatch]) -> WriteResult:
+        # every table's rows become Arrow before the first commit: a value Arrow refuses
+        # rejects the whole statement, not the tables after the ones already committed
+        prepared = self.rows_as_stored(batches)
         if len(prepared) == 1 and self.spool.enabled:
             return self._write_grouped(*prepared[0])
         total = 0
         merged_any = False
         versions: dict[str, int] = {}
-        with self.locks.hold(by_storage):
+        with self.locks.hold((target.db, target.storage) for target, *_ in prepared):
             intent = None
             if len(prepared) > 1:  # several commits: staged first, so a crash between them rolls forward
                 staged = [
@@ -411,7 +426,6 @@ class Warehouse:
                     return WriteResult(table.num_rows, False, {f"{db}.{storage}": version})
             return None
         if "declined" in answer:  # the writer is stopping
-            self.writer.close()
             return None
         return _settled(table.num_rows, db, storage, answer)
 

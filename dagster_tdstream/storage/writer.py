@@ -31,8 +31,9 @@ import socket
 import struct
 import threading
 import time
+import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ..errors import CatalogError
+from ..errors import CatalogError, TDStreamError
 from ..faults import failpoint
 from .groupcommit import MAX_GROUP
 from .intents import StagedTable
@@ -55,6 +56,11 @@ WRITING_SECONDS = 0.05  # a client that wrote this recently is writing (its next
 WRITER_MAX_BYTES = 64 << 20  # larger writes commit themselves (the frame's length is 32 bits, too)
 REPLY_SECONDS = 120.0  # as long as a writer waits for a table's lock (writelock.WAIT_SECONDS)
 _HEADER = struct.Struct("!II")  # the JSON part's length, the Arrow part's length
+
+
+# a statement sent as text, with its session's state (``WriterClient.statement``) → the one
+# physical table's rows it writes and the rows it affects, or None: the client runs it itself
+Statements = Callable[[dict[str, Any]], "tuple[StagedTable, pa.Table, int] | None"]
 
 
 class WriterLost(Exception):
@@ -109,6 +115,11 @@ def request(name: bytes, header: dict[str, Any], timeout: float = 5.0) -> dict[s
             return None
 
 
+def new_request_id() -> str:
+    """A request's id, unique across processes, listed in the commit that writes it."""
+    return f"w{time.time_ns():020d}-{uuid.uuid4().hex}"
+
+
 class WriterClient:
     """A process's connection to its warehouse's writer, opened when a writer is running."""
 
@@ -149,18 +160,29 @@ class WriterClient:
         ``merged``; ``error``; or ``declined``: write them yourself). Raises ``WriterLost``
         (naming the request's id) when the writer went away before answering: the rows may
         or may not be committed."""
-        request_id = f"w{time.time_ns():020d}-{uuid.uuid4().hex}"
-        body = _arrow_bytes(rows)
+        request_id = new_request_id()
+        return self._exchange({"op": "write", "id": request_id, "target": asdict(target)}, _arrow_bytes(rows))
+
+    def statement(self, request_id: str, state: dict[str, Any]) -> dict[str, Any]:
+        """Send an INSERT statement's text with its session's ``state`` for the writer to run
+        (``WriterServer``'s ``statements``); returns its answer (``version``, ``merged`` and
+        ``affected``; ``error``; ``declined``; or ``not_taken``: run it yourself). Raises
+        ``WriterLost`` as ``write`` does."""
+        return self._exchange({**state, "op": "statement", "id": request_id}, b"")
+
+    def _exchange(self, header: dict[str, Any], body: bytes) -> dict[str, Any]:
         try:
             with self._turn:
                 if self._sock is None:  # another thread's request lost the writer meanwhile
                     raise ConnectionResetError("the writer went away")
-                _send(self._sock, {"op": "write", "id": request_id, "target": asdict(target)}, body)
+                _send(self._sock, header, body)
                 answer, _ = _receive(self._sock)
         except OSError as exc:
             self.close()
             self._looked_at = time.monotonic()
-            raise WriterLost(request_id) from exc
+            raise WriterLost(header["id"]) from exc
+        if "declined" in answer:  # the writer is stopping: later writes do not ask it again
+            self.close()
         return answer
 
     def close(self) -> None:
@@ -180,8 +202,10 @@ def _same_user(conn: socket.socket) -> bool:
 @dataclass
 class _Request:
     id: str
-    target: StagedTable
-    rows: pa.Table
+    target: StagedTable | None  # a statement's: once the committer has prepared it
+    rows: pa.Table | None
+    statement: dict[str, Any] | None = None  # a statement sent as text, with its session's state
+    affected: int = 0  # a statement's rows, as its result reports them
     done: threading.Event = field(default_factory=threading.Event)
     answer: dict[str, Any] = field(default_factory=dict)
 
@@ -189,10 +213,19 @@ class _Request:
 class WriterServer:
     """The writer: accepts connections, queues their requests, and commits them in groups."""
 
-    def __init__(self, warehouse: Warehouse, root: Path, idle_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        root: Path,
+        idle_seconds: float | None = None,
+        statements: Statements | None = None,
+    ) -> None:
         """``idle_seconds``: stop after this long without a connection or a request (None:
-        run until stopped). The writer also stops when the warehouse's folder is removed."""
+        run until stopped). The writer also stops when the warehouse's folder is removed.
+        ``statements``: what the writer runs of the statements sent as text (none: each is
+        answered ``not_taken``)."""
         self.warehouse = warehouse
+        self.statements = statements
         self.root = root
         self.name = address(root, warehouse.catalog.url)
         self.idle_seconds = idle_seconds
@@ -207,6 +240,7 @@ class WriterServer:
         self.started = time.time()
         self.requests = 0
         self.commits = 0
+        self.statements_run = 0  # of the requests, the statements sent as text
 
     def serve(self) -> None:
         """Listen until stopped, idle or the warehouse is gone; every queued request is
@@ -264,6 +298,7 @@ class WriterServer:
             pass
         finally:
             conn.close()
+            self.warehouse.catalog.release_thread()  # this thread's catalog connection, if it read
             with self._lock:
                 self._connections -= 1
                 self._wrote_at.pop(id(conn), None)
@@ -286,15 +321,22 @@ class WriterServer:
                     "started": self.started,
                     "requests": self.requests,
                     "commits": self.commits,
+                    "statements": self.statements_run,
                     "connections": self._connections,
                     "queued": self._queued,
                 }
         if op == "stop":
             self.stop()
             return {"stopping": True, "pid": os.getpid()}
+        if op == "statement":  # prepared by the committer, in one thread: no interpreter lock passed around
+            return self._committed(_Request(str(header["id"]), None, None, statement=header), connection)
         if op != "write":
             return {"error": f"the writer does not take {op!r} requests"}
-        pending = _Request(header["id"], StagedTable(**header["target"]), ipc.open_stream(body).read_all())
+        target = StagedTable(**header["target"])
+        return self._committed(_Request(header["id"], target, ipc.open_stream(body).read_all()), connection)
+
+    def _committed(self, pending: _Request, connection: int) -> dict[str, Any]:
+        """Queue a request for the committer and wait for its answer."""
         with self._lock:  # the committer leaves only with the queue empty and this flag set
             if self._stopping.is_set():
                 return {"declined": "the writer is stopping"}
@@ -314,7 +356,8 @@ class WriterServer:
                     if self._stopping.is_set() and self._queue.empty():
                         return
                 continue
-            batch = [first]
+            batch: list[_Request] = []
+            self._take(batch, first)
             # every request queued meanwhile, and then a short wait for the other clients that
             # are writing: those answered by the last commit send their next statement a moment
             # later, and without the wait a group held the first few of them (groups of ~4
@@ -323,7 +366,7 @@ class WriterServer:
             deadline = time.monotonic() + LINGER_SECONDS
             while True:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    self._take(batch, self._queue.get_nowait())
                     continue
                 except queue.Empty:
                     pass
@@ -335,15 +378,43 @@ class WriterServer:
                 if not waiting_for_more or remaining <= 0:
                     break
                 try:
-                    batch.append(self._queue.get(timeout=remaining))
+                    self._take(batch, self._queue.get(timeout=remaining))
                 except queue.Empty:
                     break
             by_table: dict[tuple[str, str], list[_Request]] = {}
             for pending in batch:
+                assert pending.target is not None
                 by_table.setdefault((pending.target.db, pending.target.storage), []).append(pending)
             for group in by_table.values():
                 for start in range(0, len(group), MAX_GROUP):
                     self._commit(group[start : start + MAX_GROUP])
+
+    def _take(self, batch: list[_Request], pending: _Request) -> None:
+        """Add a request to the batch; a statement sent as text is prepared first, and
+        answered ``not_taken`` at once when the writer does not run it (also when it is
+        rejected: its client runs it and raises its error itself)."""
+        if pending.statement is not None:
+            try:
+                taken = self.statements(pending.statement) if self.statements is not None else None
+            except TDStreamError:
+                taken = None
+            except Exception:  # a fault of the writer's, not of the statement: logged, run by the client
+                traceback.print_exc()
+                taken = None
+            if taken is None:
+                self._answered([pending], {"not_taken": "the client runs this statement itself"})
+                return
+            pending.target, pending.rows, pending.affected = taken
+        batch.append(pending)
+
+    def _answered(self, requests: list[_Request], answer: dict[str, Any]) -> None:
+        with self._lock:
+            self._queued -= len(requests)
+            self._last_activity = time.monotonic()
+        for pending in requests:
+            committed = pending.statement is not None and "version" in answer
+            pending.answer = {**answer, "affected": pending.affected} if committed else answer
+            pending.done.set()
 
     def _commit(self, group: list[_Request]) -> None:
         failpoint("writer-received")
@@ -355,9 +426,6 @@ class WriterServer:
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         with self._lock:
             self.requests += len(group)
-            self._queued -= len(group)
+            self.statements_run += sum(1 for pending in group if pending.statement is not None)
             self.commits += 1 if "version" in answer else 0
-            self._last_activity = time.monotonic()
-        for pending in group:
-            pending.answer = answer
-            pending.done.set()
+        self._answered(group, answer)
