@@ -87,10 +87,11 @@ def writer_statements(warehouse: Warehouse) -> Statements:
         if stmt is None:
             return None
         prepared = prepare_insert(session, stmt)
-        stored = warehouse.rows_as_stored(prepared.batches) if not prepared.new_children else []
+        stored = warehouse.columns_as_stored(prepared.batches) if not prepared.new_children else []
         if len(stored) != 1:
             return None
-        return stored[0].target, stored[0].rows, prepared.rows
+        target, rows = stored[0]
+        return target, rows, prepared.rows
 
     return taken
 

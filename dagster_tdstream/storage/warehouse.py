@@ -318,15 +318,21 @@ class Warehouse:
     def rows_as_stored(self, batches: Sequence[WriteBatch]) -> list[StoredRows]:
         """Each physical table's rows of a write as they are stored (a super table's with
         ``tbname``, the last row for a repeated key), with each table name's key span."""
-        by_storage: dict[tuple[str, str], list[WriteBatch]] = {}
-        for batch in batches:
-            by_storage.setdefault((batch.table.db, batch.table.storage_name), []).append(batch)
         return [
             StoredRows(
                 _staged_table(group[0].table),
                 *_storage_rows(group, group[0].table.columns, group[0].table.kind != "normal"),
             )
-            for group in by_storage.values()
+            for group in _by_storage(batches)
+        ]
+
+    def columns_as_stored(self, batches: Sequence[WriteBatch]) -> list[tuple[StagedTable, pa.Table]]:
+        """Each physical table's rows of a write in its stored columns, a repeated key not yet
+        resolved: what ``commit_group`` takes, and resolves with the group's other rows."""
+        return [
+            (_staged_table(first), _stored_columns(group, first.columns, first.kind != "normal"))
+            for group in _by_storage(batches)
+            for first in [group[0].table]
         ]
 
     def _write(self, batches: Sequence[WriteBatch]) -> WriteResult:
@@ -463,7 +469,8 @@ class Warehouse:
             rows, batch_min, batch_max = own
         else:
             keys = ["tbname", target.primary_key] if target.is_super else [target.primary_key]
-            rows = _last_per_key(pa.concat_tables(parts), keys) if len(parts) > 1 else parts[0]
+            # the received rows' keys are resolved here, with the group's (``columns_as_stored``)
+            rows = _last_per_key(pa.concat_tables(parts), keys) if len(parts) > 1 or received else parts[0]
             batch_min, batch_max = _key_spans(rows, target.primary_key, target.is_super, target.name)
         ids = [r.id for r in requests] + [request_id for request_id, _ in received]
         extra = {GROUP_KEY: ",".join(ids)} if ids else None
@@ -734,22 +741,38 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _storage_rows(
-    group: Sequence[WriteBatch], columns: tuple[ColumnDef, ...], is_super: bool
-) -> tuple[pa.Table, dict[str, int], dict[str, int]]:
-    """One physical table's rows of a write as Arrow (a super table's with ``tbname``), with
-    each table name's smallest and largest timestamp."""
+def _by_storage(batches: Sequence[WriteBatch]) -> list[list[WriteBatch]]:
+    """A write's batches by the physical table they are stored in."""
+    by_storage: dict[tuple[str, str], list[WriteBatch]] = {}
+    for batch in batches:
+        by_storage.setdefault((batch.table.db, batch.table.storage_name), []).append(batch)
+    return list(by_storage.values())
+
+
+def _stored_columns(group: Sequence[WriteBatch], columns: tuple[ColumnDef, ...], is_super: bool) -> pa.Table:
+    """One physical table's rows of a write as Arrow in its stored schema (a super table's
+    with ``tbname``), in the order written."""
     schema = arrow_schema(columns, with_tbname=is_super)
-    pk = columns[0].name
     parts = []
     for batch in group:
         data = batch.data
         if is_super and batch.table.kind == "child":
             data = data.add_column(0, schema.field("tbname"), pa.repeat(pa.scalar(batch.table.name), data.num_rows))
         parts.append(data.cast(schema))
-    if not parts:  # a recalculation that only retracts windows
-        return schema.empty_table(), {}, {}
-    data = pa.concat_tables(parts) if len(parts) != 1 else parts[0]
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
+
+
+def _storage_rows(
+    group: Sequence[WriteBatch], columns: tuple[ColumnDef, ...], is_super: bool
+) -> tuple[pa.Table, dict[str, int], dict[str, int]]:
+    """One physical table's rows of a write as Arrow (a super table's with ``tbname``), with
+    each table name's smallest and largest timestamp."""
+    pk = columns[0].name
+    data = _stored_columns(group, columns, is_super)
+    if not group:  # a recalculation that only retracts windows
+        return data, {}, {}
     if not _unique_keys(group):
         if is_super and (ordered := _increasing_by_name(data, pk)) is not None:
             # a frame of whole child tables, each in time order (how bulk loads come): no key
