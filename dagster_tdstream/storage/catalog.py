@@ -427,12 +427,6 @@ class Catalog:
                 for index in table.indexes:
                     index.create(conn, checkfirst=True)
 
-    def release_thread(self) -> None:
-        """Close the calling thread's plain connection (a thread that ends: a writer's
-        connection threads come and go with their clients)."""
-        if self._plain is not None:
-            self._plain.release()
-
     def dispose(self) -> None:
         if self._plain is not None:
             self._plain.close()
@@ -1149,17 +1143,6 @@ class _PlainConnection:
             with self._lock:
                 self._opened.append(conn)
         return conn
-
-    def release(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or self._local.pid != os.getpid():
-            return
-        self._local.conn = None
-        with self._lock:
-            if conn not in self._opened:  # closed with the others already
-                return
-            self._opened.remove(conn)
-        conn.close()
 
     def close(self) -> None:
         with self._lock:

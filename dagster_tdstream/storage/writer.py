@@ -1,12 +1,14 @@
 """The warehouse's writer: one long-lived process that group-commits the small writes of many
 client processes, sent to it over a local socket (``tdstream writer start``).
 
-Owns the socket protocol (client and server side) and the server's grouping. A client checks
-and converts its rows itself — a rejected statement never reaches the writer — and sends one
-physical table's rows; the writer's committer thread takes every request queued meanwhile,
-and commits each table's requests as one write (one Delta commit, one WAL offset) through
-``Warehouse.commit_group``, under the table's write lock like any other writer, then answers
-each request: acknowledged still means committed and recorded. Each commit lists its
+Owns the socket protocol (client and server side) and the server's grouping. A request is
+one physical table's checked rows, or one statement's text with its session's state, which
+the committer thread prepares with the ``statements`` it was given
+(``families/writer_insert.py``) or answers ``not_taken`` — the client then runs it, and a
+rejected statement's error is the client's own. The committer takes every request queued
+meanwhile and commits each table's requests as one write (one Delta commit, one WAL offset)
+through ``Warehouse.commit_group``, under the table's write lock like any other writer, then
+answers each request: acknowledged still means committed and recorded. Each commit lists its
 requests' ids in its commit info (``tdstream.group``), so a client whose writer died before
 answering finds in the log whether its rows were committed and otherwise writes them itself.
 
@@ -298,7 +300,6 @@ class WriterServer:
             pass
         finally:
             conn.close()
-            self.warehouse.catalog.release_thread()  # this thread's catalog connection, if it read
             with self._lock:
                 self._connections -= 1
                 self._wrote_at.pop(id(conn), None)
