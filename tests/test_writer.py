@@ -5,6 +5,7 @@ No Spark: rows are read back with delta-rs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -15,16 +16,19 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from dagster_tdstream import Session, TDStreamError, Warehouse, WriteRejectedError
+from dagster_tdstream import CatalogError, Session, TDStreamError, Warehouse, WriteRejectedError
 from dagster_tdstream.cli.main import main
+from dagster_tdstream.families.writer_insert import writer_statements
 from dagster_tdstream.faults import FAILPOINT_ENV
 from dagster_tdstream.storage import warehouse as warehouse_module
 from dagster_tdstream.storage.groupcommit import GROUP_KEY
+from dagster_tdstream.storage.intents import StagedTable
 from dagster_tdstream.storage.writer import WRITER_ENV, WriterServer, address, request
 
 SCHEMA = (
@@ -221,6 +225,33 @@ def test_the_writer_serves_only_processes_of_its_own_user(
         Session(Warehouse(warehouse.uri), database="d", timezone="UTC").execute("insert into c1 values (1000, 1)")
         assert _keys(warehouse) == [("c1", 1000, 1)]
         assert server.requests == 0
+    server.stop()
+    serving.join(timeout=30)
+    assert not serving.is_alive()
+
+
+def test_a_statement_the_writer_could_not_commit_fails_at_its_position(writer_of: Warehouse) -> None:
+    warehouse = writer_of
+    prepared = writer_statements(Warehouse(warehouse.uri))
+
+    def elsewhere(state: dict[str, Any]) -> tuple[StagedTable, pa.Table, int] | None:
+        taken = prepared(state)  # the statement's rows, aimed at a table that is not there
+        assert taken is not None
+        return dataclasses.replace(taken[0], storage="gone"), taken[1], taken[2]
+
+    server = WriterServer(Warehouse(warehouse.uri), Path(warehouse.uri), idle_seconds=60, statements=elsewhere)
+    serving = threading.Thread(target=server.serve, daemon=True)
+    serving.start()
+    deadline = time.monotonic() + 30
+    while not server.listening.is_set():
+        assert time.monotonic() < deadline, "the writer never listened"
+        time.sleep(0.01)
+    session = Session(Warehouse(warehouse.uri), database="d", timezone="UTC")
+    with pytest.raises(CatalogError) as failed:
+        session.execute("\n  insert into c1 values (1000, 1)")
+    assert failed.value.message.startswith("the write was not committed: ")
+    assert (failed.value.line, failed.value.column) == (2, 3)
+    assert _keys(warehouse) == []
     server.stop()
     serving.join(timeout=30)
     assert not serving.is_alive()

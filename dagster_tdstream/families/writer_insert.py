@@ -62,8 +62,10 @@ def run_in_writer(session: Session, sql: str) -> Result | None:
         return _after_lost_writer(session, sql, now, request_id, sent_ms)
     if "not_taken" in answer or "declined" in answer:
         return None
-    if "error" in answer:
-        raise CatalogError(f"the write was not committed: {answer['error']}")
+    if "error" in answer:  # at the statement's start, as a commit's error is located without a writer
+        leading = sql[: len(sql) - len(sql.lstrip())]
+        line, column = leading.count("\n") + 1, len(leading) - (leading.rfind("\n") + 1) + 1
+        raise CatalogError(f"the write was not committed: {answer['error']}", line=line, column=column, statement=sql)
     return inserted(int(answer["affected"]))
 
 
