@@ -101,7 +101,8 @@ def test_writes_of_several_processes_are_committed_by_the_writer_in_groups(write
     assert sorted(len(ids) for ids in grouped) == ([3] if commits == 1 else [1, 2])
     status = _status(warehouse)
     assert status is not None and (status["requests"], status["commits"], status["queued"]) == (3, commits, 0)
-    # this process's session finds the writer too; a rejected statement never reaches it
+    # this process's session finds the writer too; a rejected statement is handed back (not
+    # taken, not counted), and its client raises the error
     session = Session(Warehouse(warehouse.uri), database="d", timezone="UTC")
     with pytest.raises(WriteRejectedError):
         session.execute("insert into c1 values (5000, 'five')")

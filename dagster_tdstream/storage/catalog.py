@@ -1123,10 +1123,11 @@ class _PlainConnection:
             for sql, params in steps:
                 if params:
                     conn.executemany(sql, params)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # left open, the connection's later reads would see a snapshot
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
