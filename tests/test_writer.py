@@ -177,6 +177,74 @@ def test_an_insert_runs_in_the_writer_as_its_client_would_run_it(
     assert status is not None and (status["statements"], status["requests"]) == (3, 6)
 
 
+_PARITY_SCHEMA = "".join(
+    f"create database {db} precision '{precision}';"
+    f"create stable {db}.st (ts timestamp, v int, f float, b bool, s varchar(6), n nchar(3)) tags (g int);"
+    + "".join(f"create table {db}.{side}{n} using {db}.st tags ({n});" for side in "wl" for n in (1, 2))
+    + "".join(f"create table {db}.{side}n (ts timestamp, v int);" for side in "wl")
+    for db, precision in (("a", "ms"), ("b", "us"))
+)
+_PARITY_STATEMENTS = [
+    "insert into {x}1 values (now, 1, 1.5, true, 'ab', 'xy')",
+    "insert into {x}1 values ('2024-02-29 12:00:00.123', 2, -0.5, false, 'a''b', 'é')",
+    "insert into {x}1 (ts, v) values (now + 1s, 3) (now + 2s, NULL)",
+    "insert into {x}1 values (1700000000000, 4, 1e3, 1, 'z', 'zz') (1700000000000, 5, 2, 0, 'y', 'yy')",
+    "insert into {x}1 values (1700000000000, 6, 1, true, 's', 'n') {x}2 values (1700000000001, 7, 2, false, 't', 'm')",
+    "insert into {x}n values (1700000000000, 8)",
+    "INSERT INTO {x}2 VALUES ('2024-01-01T00:00:00+08:00', 9, 3, true, 'tz', 'tz')",
+    "insert into {x}2 values (-1000, 10, 1, true, 'old', 'old')",  # a negative epoch: 2.x only
+    "insert into {x}1 values (1, 11, 1, true, 'toolong', 'n')",  # rejected: too long for s
+    "insert into {x}1 values (2, 12) ",  # rejected: too few values
+    "insert into {x}n values (3, 13) {x}1 values (3, 13, 1, true, 's', 'n')",  # two physical tables
+]
+
+
+def _stored_side(warehouse: Warehouse, db: str, side: str) -> list[tuple[Any, ...]]:
+    """The rows of one side's tables (w…: written through the writer, l…: by the client),
+    named without the side's letter."""
+    stored = [
+        (r.pop("tbname")[1:], *r.values())
+        for r in warehouse.read_table(warehouse.table(db, "st")).to_pylist()
+        if r["tbname"].startswith(side)
+    ]
+    stored += [("n", *r.values()) for r in warehouse.read_table(warehouse.table(db, f"{side}n")).to_pylist()]
+    return sorted(stored, key=repr)
+
+
+@pytest.mark.parametrize(
+    ("database", "timezone", "dialect"),
+    [("a", "UTC", "3.x"), ("b", "America/New_York", "3.x"), ("a", "Asia/Shanghai", "2.x")],
+)
+def test_every_kind_of_insert_writes_through_the_writer_what_its_client_writes_alone(
+    warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch, database: str, timezone: str, dialect: str
+) -> None:
+    Session(warehouse, timezone="UTC").execute(_PARITY_SCHEMA)
+    _start(warehouse)
+    try:
+        clock = 1_700_000_123_456_789_123
+        sent = Session(
+            Warehouse(warehouse.uri), database=database, timezone=timezone, dialect=dialect, clock=lambda: clock
+        )
+        monkeypatch.setenv(WRITER_ENV, "off")
+        local = Session(
+            Warehouse(warehouse.uri), database=database, timezone=timezone, dialect=dialect, clock=lambda: clock
+        )
+        monkeypatch.delenv(WRITER_ENV)
+        for statement in _PARITY_STATEMENTS:
+            outcomes = []
+            for session, side in ((sent, "w"), (local, "l")):
+                try:
+                    outcomes.append(session.execute(statement.format(x=side))[-1].affected)
+                except TDStreamError as exc:
+                    outcomes.append((type(exc), str(exc).replace(f"{side}1", "x1"), exc.line, exc.column))
+            assert outcomes[0] == outcomes[1], statement
+            assert _stored_side(warehouse, database, "w") == _stored_side(warehouse, database, "l"), statement
+        status = _status(warehouse)
+        assert status is not None and status["statements"] >= 6  # the single-table ones the writer took
+    finally:
+        _cli("writer", "stop", "--warehouse", warehouse.uri)
+
+
 @pytest.mark.parametrize("failpoint", ["writer-received", "after-data-commit"])
 def test_a_writer_killed_before_or_after_its_commit_leaves_each_write_once(
     writer_of: Warehouse, failpoint: str
