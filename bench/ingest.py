@@ -4,8 +4,9 @@ Times single-row INSERT statements (one Delta commit each, the way a device clie
 multi-row INSERTs of 1,000 / 10,000 / 100,000 rows spread over the child tables, and
 ``Session.write`` of an Arrow table of 1,000,000 rows into the super table (child tables
 from its ``tbname`` column), and single-row INSERTs from ``--clients`` processes at once
-(group commit: how many statements/s in all, in how many Delta commits), once committing among
-themselves and once through the warehouse's writer process (``tdstream writer start``). Every
+(group commit: how many statements/s in all, in how many Delta commits, and the CPU each
+statement cost the clients and the writer), once committing among themselves and once through
+the warehouse's writer process (``tdstream writer start``). Every
 measurement
 checks afterwards that the table holds the rows written. No Spark is involved: the write
 path is Parquet, the Delta log and the catalog. Results go to ``bench/results/ingest.json``.
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -94,22 +97,31 @@ sys.stdout.write("done\\n"); sys.stdout.flush()
 """
 
 
-def _writer(command: str, root: str) -> None:
-    subprocess.run(
+def _writer(command: str, root: str) -> str:
+    return subprocess.run(
         [sys.executable, "-m", "dagster_tdstream.cli.main", "writer", command, "--warehouse", root],
         check=True,
         capture_output=True,
-    )
+        text=True,
+    ).stdout
 
 
-def concurrent(clients: int, statements: int, writer: bool = False) -> tuple[float, int]:
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def concurrent(clients: int, statements: int, writer: bool = False) -> dict[str, float]:
     """Single-row INSERT statements/s summed over ``clients`` processes writing one super table
     at once (group commit combines them; ``writer``: through the warehouse's writer process),
-    and how many Delta commits they took."""
+    how many Delta commits they took, and the CPU each statement cost the clients and the
+    writer (where the time goes: the cores are the bound)."""
     with tempfile.TemporaryDirectory() as tmp:
         session = _session(f"{tmp}/wh")
+        writer_pid = None
         if writer:
-            _writer("start", f"{tmp}/wh")
+            writer_pid = int(re.search(r"pid (\d+)", _writer("start", f"{tmp}/wh")).group(1))  # type: ignore[union-attr]
         before = session.warehouse.delta.latest_version("d", "st")
         procs = [
             subprocess.Popen(
@@ -122,6 +134,7 @@ def concurrent(clients: int, statements: int, writer: bool = False) -> tuple[flo
         ]
         for proc in procs:  # every client imported and opened the warehouse: start together
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        cpu = [sum(_cpu_seconds(proc.pid) for proc in procs), _cpu_seconds(writer_pid) if writer_pid else 0.0]
         started = time.perf_counter()
         for proc in procs:
             assert proc.stdin is not None
@@ -132,12 +145,22 @@ def concurrent(clients: int, statements: int, writer: bool = False) -> tuple[flo
         for proc in procs:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "done"
         elapsed = time.perf_counter() - started
+        cpu = [
+            sum(_cpu_seconds(proc.pid) for proc in procs) - cpu[0],
+            (_cpu_seconds(writer_pid) if writer_pid else 0.0) - cpu[1],
+        ]
         assert [proc.wait(timeout=600) for proc in procs] == [0] * clients
         if writer:
             _writer("stop", f"{tmp}/wh")
         assert _stored(session) == clients * statements
         commits = session.warehouse.delta.latest_version("d", "st") - before
-        return clients * statements / elapsed, commits
+        total = clients * statements
+        return {
+            "statements_per_s": round(total / elapsed, 1),
+            "delta_commits": commits,
+            "client_cpu_ms_per_statement": round(cpu[0] / total * 1000, 2),
+            **({"writer_cpu_ms_per_statement": round(cpu[1] / total * 1000, 2)} if writer else {}),
+        }
 
 
 def frame(rows: int) -> float:
@@ -174,12 +197,10 @@ def main() -> None:
     for rows in (int(n) for n in args.batches.split(",")):
         results[f"insert_{rows}_rows_per_s"] = round(batch(rows))
     results[f"write_frame_{args.frame}_rows_per_s"] = round(frame(args.frame))
-    rate, commits = concurrent(args.clients, args.statements)
-    results[f"concurrent_{args.clients}_clients_statements_per_s"] = round(rate, 1)
-    results[f"concurrent_{args.clients}_clients_delta_commits"] = commits
-    rate, commits = concurrent(args.clients, args.statements, writer=True)
-    results[f"concurrent_{args.clients}_clients_through_writer_statements_per_s"] = round(rate, 1)
-    results[f"concurrent_{args.clients}_clients_through_writer_delta_commits"] = commits
+    for key, measured in concurrent(args.clients, args.statements).items():
+        results[f"concurrent_{args.clients}_clients_{key}"] = measured
+    for key, measured in concurrent(args.clients, args.statements, writer=True).items():
+        results[f"concurrent_{args.clients}_clients_through_writer_{key}"] = measured
     print(json.dumps(results, indent=2))
     out = Path(__file__).parent / "results" / "ingest.json"
     out.parent.mkdir(exist_ok=True)
