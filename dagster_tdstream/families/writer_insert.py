@@ -30,7 +30,7 @@ from ..sql.tokens import split_statements
 from ..storage.groupcommit import GROUP_KEY
 from ..storage.intents import StagedTable
 from ..storage.writer import Statements, WriterLost, new_request_id
-from .insert import inserted, prepare_insert
+from .insert import PreparedInsert, inserted, prepare_insert
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -89,13 +89,17 @@ def writer_statements(warehouse: Warehouse) -> Statements:
         if stmt is None:
             return None
         prepared = prepare_insert(session, stmt)
-        stored = warehouse.columns_as_stored(prepared.batches) if not prepared.new_children else []
-        if len(stored) != 1:
-            return None
-        target, rows = stored[0]
-        return target, rows, prepared.rows
+        single = _one_table(warehouse, prepared)
+        return None if single is None else (*single, prepared.rows)
 
     return taken
+
+
+def _one_table(warehouse: Warehouse, prepared: PreparedInsert) -> tuple[StagedTable, pa.Table] | None:
+    """The one physical table a prepared INSERT writes, with its rows in the stored columns;
+    None when it writes several or creates a child table: what the writer does not take."""
+    stored = warehouse.columns_as_stored(prepared.batches) if not prepared.new_children else []
+    return stored[0] if len(stored) == 1 else None
 
 
 def _one_insert(sql: str) -> ast.Insert | None:
@@ -119,10 +123,9 @@ def _after_lost_writer(session: Session, sql: str, now: int, request_id: str, se
         prepared = prepare_insert(pinned, stmt)
     except TDStreamError:
         return pinned.execute_statement(stmt)  # raises the error, with the statement's position
-    stored = session.warehouse.rows_as_stored(prepared.batches) if not prepared.new_children else []
-    if len(stored) == 1:
-        target = stored[0].target
-        delta = session.warehouse.delta
+    single = _one_table(session.warehouse, prepared)  # else the writer did not take it
+    if single is not None:
+        target, delta = single[0], session.warehouse.delta
         if delta.commit_listing(target.db, target.storage, GROUP_KEY, request_id, sent_ms - _CLOCK_MARGIN_MS):
             return inserted(prepared.rows)
     session.warehouse.write(prepared.batches, prepared.new_children)

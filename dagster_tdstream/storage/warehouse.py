@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -71,16 +71,6 @@ class WriteResult:
     rows: int
     merged: bool
     versions: dict[str, int]  # storage table → new Delta version (WAL offset)
-
-
-class StoredRows(NamedTuple):
-    """One physical table's rows of a write as stored, with each table name's smallest and
-    largest key."""
-
-    target: StagedTable
-    rows: pa.Table
-    low: dict[str, int]
-    high: dict[str, int]
 
 
 class Warehouse:
@@ -315,17 +305,6 @@ class Warehouse:
                     self.catalog.drop_table(conn, child.db, child.name)
             raise
 
-    def rows_as_stored(self, batches: Sequence[WriteBatch]) -> list[StoredRows]:
-        """Each physical table's rows of a write as they are stored (a super table's with
-        ``tbname``, the last row for a repeated key), with each table name's key span."""
-        return [
-            StoredRows(
-                _staged_table(group[0].table),
-                *_storage_rows(group, group[0].table.columns, group[0].table.kind != "normal"),
-            )
-            for group in _by_storage(batches)
-        ]
-
     def columns_as_stored(self, batches: Sequence[WriteBatch]) -> list[tuple[StagedTable, pa.Table]]:
         """Each physical table's rows of a write in its stored columns, a repeated key not yet
         resolved: what ``commit_group`` takes, and resolves with the group's other rows."""
@@ -338,7 +317,11 @@ class Warehouse:
     def _write(self, batches: Sequence[WriteBatch]) -> WriteResult:
         # every table's rows become Arrow before the first commit: a value Arrow refuses
         # rejects the whole statement, not the tables after the ones already committed
-        prepared = self.rows_as_stored(batches)
+        prepared = [
+            (_staged_table(first), *_storage_rows(group, first.columns, first.kind != "normal"))
+            for group in _by_storage(batches)
+            for first in [group[0].table]
+        ]
         if len(prepared) == 1 and self.spool.enabled:
             return self._write_grouped(*prepared[0])
         total = 0
