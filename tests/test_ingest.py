@@ -27,7 +27,7 @@ from dagster_tdstream.sql.constants import ConstantContext
 from dagster_tdstream.sql.timeunits import resolve_timezone
 from dagster_tdstream.sql.tokens import Kind, tokenize
 from dagster_tdstream.sql.values import block_columns
-from dagster_tdstream.storage import keyspans
+from dagster_tdstream.storage import append, keyspans
 
 SCHEMA = (
     "create database d; use d;"
@@ -734,3 +734,26 @@ def test_tdstream_ingest_reads_line_protocol_from_a_file(warehouse: Warehouse, t
     rows = warehouse.read_table(warehouse.table("d", "cpu")).to_pylist()
     assert sorted({r["tbname"] for r in rows}) == ["h0", "h1", "h2"]
     assert sorted(r["_ts"] for r in rows)[:2] == [1_700_000_000_000, 1_700_000_001_000]
+
+
+_STAT_VALUES = {
+    "i": (pa.int32(), st.integers(-(2**31), 2**31 - 1)),
+    "b": (pa.int64(), st.integers(-(2**63), 2**63 - 1)),
+    "f": (pa.float32(), st.floats(width=32)),
+    "d": (pa.float64(), st.floats()),
+    "s": (pa.string(), st.text(max_size=4)),
+    "t": (pa.bool_(), st.booleans()),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 64))
+def test_a_few_rows_get_the_same_file_statistics_as_arrow_computes(data: st.DataObject, rows: int) -> None:
+    # a group commit's few rows take their statistics in Python; a reader prunes files by them,
+    # so they must be Arrow's exactly: unicode order, float32 values, NaN and infinities, nulls
+    columns = {
+        name: pa.array(data.draw(st.lists(st.none() | values, min_size=rows, max_size=rows)), kind)
+        for name, (kind, values) in _STAT_VALUES.items()
+    }
+    table = pa.table(columns)
+    assert append._few_rows_stats(table) == append._arrow_stats(table)

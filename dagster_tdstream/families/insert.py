@@ -203,7 +203,7 @@ def _target_data(
     if target.rows:
         parts.append(_row_arrays(target.rows, info, positions, ctx))
         where.append(lambda row, value: target.rows[row][value].pos)
-    columns = [pa.concat_arrays([part[i] for part in parts]) for i in range(len(info.columns))]
+    columns = parts[0] if len(parts) == 1 else [pa.concat_arrays(list(column)) for column in zip(*parts, strict=True)]
     data = pa.table(columns, schema=arrow_schema(info.columns, with_tbname=False))
     key = data.column(0)
     if key.null_count:  # the first NULL key, in the part it came from

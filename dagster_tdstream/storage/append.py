@@ -80,13 +80,24 @@ def write_data_file(table: Path, rows: pa.Table, *, data_change: bool) -> dict[s
     """Write ``rows`` as a new Parquet file of the table (fsynced) and return its ``add``
     action (``data_change`` False: rows rewritten, as by compaction, not new ones)."""
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    data_file = table / name
-    pq.write_table(rows, data_file, compression="snappy", row_group_size=ROW_GROUP_ROWS)
-    fsync_path(data_file)
+    # encoded in memory, then one open, write and fsync: through Arrow's file layer the file
+    # was opened twice (to write, to fsync) and stat'ed for its size
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink, compression="snappy", row_group_size=ROW_GROUP_ROWS)
+    encoded = sink.getvalue()
+    fd = os.open(table / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with memoryview(encoded) as view:
+            written = 0
+            while written < len(view):  # os.write may write less than asked
+                written += os.write(fd, view[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return {
         "path": name,
         "partitionValues": {},
-        "size": data_file.stat().st_size,
+        "size": encoded.size,
         "modificationTime": time.time_ns() // 1_000_000,
         "dataChange": data_change,
         "stats": json.dumps(_stats(rows), separators=(",", ":")),
@@ -133,6 +144,10 @@ def _stats(rows: pa.Table) -> dict[str, Any]:
     """Delta file statistics: row count, null counts, and min/max of the columns whose
     min/max readers compare as JSON numbers or strings (others are left out: a reader then
     treats the file as possibly holding any value)."""
+    return _few_rows_stats(rows) if rows.num_rows <= _FEW_ROWS else _arrow_stats(rows)
+
+
+def _arrow_stats(rows: pa.Table) -> dict[str, Any]:
     low: dict[str, Any] = {}
     high: dict[str, Any] = {}
     nulls: dict[str, int] = {}
@@ -147,6 +162,30 @@ def _stats(rows: pa.Table) -> dict[str, Any]:
         if pa.types.is_floating(field.type) and pc.any(pc.is_nan(column)).as_py():
             continue
         low[field.name], high[field.name] = smallest, largest
+    return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+# up to this many rows the statistics are taken in Python: a compute kernel's call costs more
+# than a group commit's few values (0.04 ms against 0.013 for 8 rows of 4 columns, warm)
+_FEW_ROWS = 64
+
+
+def _few_rows_stats(rows: pa.Table) -> dict[str, Any]:
+    """``_stats`` of a few rows, the same values: Python orders str by code point, as Arrow
+    orders UTF-8 by bytes, and a float32's value as_py is the float of the same value."""
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        nulls[field.name] = column.null_count
+        if not any(check(field.type) for check in _STATS_TYPES):
+            continue
+        present = [value for value in column.to_pylist() if value is not None]
+        if not present:
+            continue
+        if pa.types.is_floating(field.type) and not all(math.isfinite(value) for value in present):
+            continue  # NaN and infinities have no JSON form
+        low[field.name], high[field.name] = min(present), max(present)
     return {"numRecords": rows.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
 
 
