@@ -8,14 +8,17 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy
+from click.testing import CliRunner
 
 from dagster_tdstream import Session, Warehouse
+from dagster_tdstream.cli.main import main
 from dagster_tdstream.compute.spark import LazySpark
 
 
@@ -89,3 +92,49 @@ def test_catalog_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
     assert {"tds_databases", "tds_tables", "tds_streams", "tds_write_state"} <= names
     warehouse.close()
     other.close()
+
+
+_CLIENT = """
+import sys
+from dagster_tdstream import Session, Warehouse
+session = Session(Warehouse(sys.argv[1], metadata_url=sys.argv[2]), database="w", timezone="UTC")
+for statement in sys.argv[3:]:
+    session.execute(statement)
+"""
+
+
+def test_the_writer_commits_inserts_with_its_catalog_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    # the writer records each group's commit in the catalog: on PostgreSQL through SQLAlchemy,
+    # not the plain SQLite connection; a client finds the writer of its own catalog only.
+    # (Database w: the server is the module's, and the first test made d.)
+    root = str(tmp_path / "wh")
+    Session(Warehouse(root, metadata_url=postgres_url), timezone="UTC").execute(
+        "create database w; use w; create stable st (ts timestamp, v int) tags (g int);"
+        "create table c1 using st tags (1); create table c2 using st tags (2)"
+    )
+    located = ["--warehouse", root, "--metadata-url", postgres_url]
+    started = CliRunner().invoke(main, ["writer", "start", *located, "--idle-seconds", "120"])
+    assert started.exit_code == 0, started.output
+    try:
+
+        def client(number: int) -> subprocess.Popen[bytes]:
+            statements = [f"insert into c{number} values ({1000 * i}, {10 * number + i})" for i in range(1, 6)]
+            return subprocess.Popen([sys.executable, "-c", _CLIENT, root, postgres_url, *statements])
+
+        clients = [client(1), client(2)]
+        assert [client.wait(timeout=120) for client in clients] == [0, 0]
+        status = CliRunner().invoke(main, ["writer", "status", *located])
+        assert status.exit_code == 0, status.output
+        assert "10 writes (10 sent as SQL)" in status.output
+        # written once each, and the catalog's marks account for the writer's last commit
+        reader = Warehouse(root, metadata_url=postgres_url)
+        rows = sorted((r["tbname"], r["ts"], r["v"]) for r in reader.read_table(reader.table("w", "st")).to_pylist())
+        assert rows == [(f"c{c}", 1000 * i, 10 * c + i) for c in (1, 2) for i in range(1, 6)]
+        version, marks = reader.trusted_watermarks(reader.table("w", "st")) or (None, {})
+        assert version == reader.delta.version("w", "st")
+        assert marks == {"c1": 5000, "c2": 5000}
+        reader.close()
+    finally:
+        stopped = CliRunner().invoke(main, ["writer", "stop", *located])
+    assert stopped.exit_code == 0, stopped.output
+    assert "stopped the writer" in stopped.output
