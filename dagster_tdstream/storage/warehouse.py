@@ -741,7 +741,9 @@ def _stored_columns(group: Sequence[WriteBatch], columns: tuple[ColumnDef, ...],
         data = batch.data
         if is_super and batch.table.kind == "child":
             data = data.add_column(0, schema.field("tbname"), pa.repeat(pa.scalar(batch.table.name), data.num_rows))
-        parts.append(data.cast(schema))
+        # an INSERT's rows are in the schema already: casting them anyway cost 28 µs (warm) of
+        # a group-committing writer's ~0.4 ms a statement
+        parts.append(data if data.schema.equals(schema, check_metadata=True) else data.cast(schema))
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
