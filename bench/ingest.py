@@ -12,6 +12,7 @@ checks afterwards that the table holds the rows written. No Spark is involved: t
 path is Parquet, the Delta log and the catalog. Results go to ``bench/results/ingest.json``.
 
     .venv/bin/python bench/ingest.py --statements 200
+    .venv/bin/python bench/ingest.py --statements 500 --rounds 5   # each rate's runs and median
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -189,18 +191,31 @@ def main() -> None:
     parser.add_argument("--batches", default="1000,10000,100000")
     parser.add_argument("--frame", type=int, default=1_000_000, help="rows of the Session.write measurement")
     parser.add_argument("--clients", type=int, default=8, help="processes of the concurrent measurement")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat the statement-rate measurements, in turn, this many times"
+    )
     args = parser.parse_args()
-    results = {
-        "single_row_statements_per_s": round(single_rows(args.statements), 1),
-        "single_row_through_writer_statements_per_s": round(single_rows(args.statements, writer=True), 1),
+    # the rates of statements are taken in rounds, each measurement in turn: this VM's speed
+    # drifts by a third within minutes, and one run of each would compare different minutes
+    rates: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        measured = {
+            "single_row_statements_per_s": round(single_rows(args.statements), 1),
+            "single_row_through_writer_statements_per_s": round(single_rows(args.statements, writer=True), 1),
+        }
+        for key, value in concurrent(args.clients, args.statements).items():
+            measured[f"concurrent_{args.clients}_clients_{key}"] = value
+        for key, value in concurrent(args.clients, args.statements, writer=True).items():
+            measured[f"concurrent_{args.clients}_clients_through_writer_{key}"] = value
+        for key, value in measured.items():
+            rates.setdefault(key, []).append(value)
+    results: dict[str, object] = {
+        key: runs[0] if len(runs) == 1 else {"runs": runs, "median": round(statistics.median(runs), 2)}
+        for key, runs in rates.items()
     }
     for rows in (int(n) for n in args.batches.split(",")):
         results[f"insert_{rows}_rows_per_s"] = round(batch(rows))
     results[f"write_frame_{args.frame}_rows_per_s"] = round(frame(args.frame))
-    for key, measured in concurrent(args.clients, args.statements).items():
-        results[f"concurrent_{args.clients}_clients_{key}"] = measured
-    for key, measured in concurrent(args.clients, args.statements, writer=True).items():
-        results[f"concurrent_{args.clients}_clients_through_writer_{key}"] = measured
     print(json.dumps(results, indent=2))
     out = Path(__file__).parent / "results" / "ingest.json"
     out.parent.mkdir(exist_ok=True)
