@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from dagster_tdstream import CatalogError, Session, TDStreamError, Warehouse, WriteRejectedError
+from dagster_tdstream.storage import append
 
 SCHEMA = (
     "create database d; use d;"
@@ -365,3 +366,26 @@ def test_the_catalogs_plain_sqlite_reads_match_its_sqlalchemy_reads_and_see_othe
         os._exit(0 if ok else 1)
     assert os.waitpid(child, 0)[1] == 0
     assert sorted(catalog.get_tables("d", ["c1", "c3"])) == ["c1", "c3"]
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_a_data_file_is_recorded_with_its_size_and_statistics_whichever_way_it_is_written(
+    sql_session: Session, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch, in_memory: bool
+) -> None:
+    # small files are encoded in memory and written with one open, larger ones stream to disk:
+    # either way the add action names the file's real size (a reader seeks its footer by it)
+    monkeypatch.setattr(append, "_SMALL_FILE_BYTES", 1 << 30 if in_memory else 0)
+    sql_session.execute(SCHEMA)
+    sql_session.execute("insert into c1 values (1000, 1, 0.5, 'a') (2000, 3, 1.5, 'é') (3000, 2, null, 'b')")
+    table = DeltaTable(warehouse.delta.uri("d", "st"))
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert len(adds) == 1
+    path = Path(warehouse.delta.uri("d", "st").removeprefix("file://")) / adds[0]["path"]
+    assert adds[0]["size_bytes"] == path.stat().st_size
+    assert (adds[0]["num_records"], adds[0]["min.ts"], adds[0]["max.ts"], adds[0]["max.s"]) == (3, 1000, 3000, "é")
+    assert adds[0]["null_count.f"] == 1
+    assert [(r["ts"], r["v"], r["f"], r["s"]) for r in rows(warehouse, "st")] == [
+        (1000, 1, 0.5, "a"),
+        (2000, 3, 1.5, "é"),
+        (3000, 2, None, "b"),
+    ]

@@ -80,12 +80,29 @@ def write_data_file(table: Path, rows: pa.Table, *, data_change: bool) -> dict[s
     """Write ``rows`` as a new Parquet file of the table (fsynced) and return its ``add``
     action (``data_change`` False: rows rewritten, as by compaction, not new ones)."""
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    # encoded in memory, then one open, write and fsync: through Arrow's file layer the file
-    # was opened twice (to write, to fsync) and stat'ed for its size
+    size = _write_small(table / name, rows) if rows.nbytes <= _SMALL_FILE_BYTES else _write_large(table / name, rows)
+    return {
+        "path": name,
+        "partitionValues": {},
+        "size": size,
+        "modificationTime": time.time_ns() // 1_000_000,
+        "dataChange": data_change,
+        "stats": json.dumps(_stats(rows), separators=(",", ":")),
+    }
+
+
+# up to this many bytes of rows a file is encoded in memory and written with one open, write
+# and fsync: through Arrow's file layer it was opened twice (to write, to fsync) and stat'ed,
+# which a group commit of a few rows paid on each commit. Larger rows stream to the file, so
+# that a bulk write or a compaction does not hold its whole file in memory as well
+_SMALL_FILE_BYTES = 16 << 20
+
+
+def _write_small(path: Path, rows: pa.Table) -> int:
     sink = pa.BufferOutputStream()
     pq.write_table(rows, sink, compression="snappy", row_group_size=ROW_GROUP_ROWS)
     encoded = sink.getvalue()
-    fd = os.open(table / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with memoryview(encoded) as view:
             written = 0
@@ -94,14 +111,13 @@ def write_data_file(table: Path, rows: pa.Table, *, data_change: bool) -> dict[s
         os.fsync(fd)
     finally:
         os.close(fd)
-    return {
-        "path": name,
-        "partitionValues": {},
-        "size": encoded.size,
-        "modificationTime": time.time_ns() // 1_000_000,
-        "dataChange": data_change,
-        "stats": json.dumps(_stats(rows), separators=(",", ":")),
-    }
+    return encoded.size
+
+
+def _write_large(path: Path, rows: pa.Table) -> int:
+    pq.write_table(rows, path, compression="snappy", row_group_size=ROW_GROUP_ROWS)
+    fsync_path(path)
+    return path.stat().st_size
 
 
 def commit_actions(table: Path, after: int, actions: list[dict[str, Any]], commit_info: dict[str, Any]) -> int:
