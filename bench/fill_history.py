@@ -7,6 +7,7 @@ writes the output. Then the same windows are computed by a hand-written Spark SQ
 same Parquet files. Results (seconds, rows, windows) go to ``bench/results/fill_history.json``.
 
     .venv/bin/python bench/fill_history.py --rows 1000000 --rows 10000000 --rows 50000000
+    .venv/bin/python bench/fill_history.py --rows 10000000 --trigger interval --rounds 5   # medians
 
 Both sides run on one Spark server, warmed by a 1,000,000-row round first and, at each size,
 by one unreported run of their own over the same rows (a second stream, the SQL once more):
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -81,16 +83,15 @@ def load(warehouse: Warehouse, rows: int, tables: int, gaps: bool = False) -> No
         session.write("bench.meters", data)
 
 
-def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
+def run(rows: int, tables: int, kind: str, root: Path, rounds: int = 1) -> dict[str, object]:
     warehouse = Warehouse(str(root / "warehouse"))
     started = time.perf_counter()
     load(warehouse, rows, tables, gaps=kind == "session")
     loaded = time.perf_counter() - started
     session = Session(warehouse, timezone="UTC")
     harness = StreamHarness(warehouse, timezone="UTC")
-    # the same stream twice, the first not reported: the second runs on a server whose JIT has
-    # compiled its plans at this size, as the hand-written SQL below does (it runs after)
-    for name in ("warm", "s"):
+
+    def stream(name: str) -> tuple[float, int]:
         session.execute(
             f"use bench; create stream {name} {STREAMS[kind]} from meters partition by tbname "
             f"stream_options(fill_history) into {name}_out as "
@@ -98,8 +99,14 @@ def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
         )
         started = time.perf_counter()
         report = harness.run_until_idle()
-        stream_seconds = time.perf_counter() - started
         assert not report.failures, report.failures
+        return time.perf_counter() - started, report.runs
+
+    # the same stream once first, not reported: the timed ones run on a server whose JIT has
+    # compiled its plans at this size, as the hand-written SQL below does (it runs after)
+    stream("warm")
+    session.execute("drop stream warm")  # its sensor would tick in the timed runs
+    stream_seconds, runs = stream("s")
     windows = session.query("select count(*) from s_out").rows[0][0]
     # a backfill of every partition the rows lie in, as one run (the UI's backfill of the
     # asset, RECALCULATE STREAM): the same windows, recalculated and replaced
@@ -111,66 +118,89 @@ def run(rows: int, tables: int, kind: str, root: Path) -> dict[str, object]:
     spark = build_spark_session()
     files = warehouse.delta.file_uris("bench", "meters")
     spark.read.parquet(*files).createOrReplaceTempView("meters_raw")
-    if kind == "interval":
-        sql = (
-            "SELECT tbname, ts - pmod(ts, 60000) AS w, count(*), avg(current), max(voltage) FROM meters_raw "
-            "GROUP BY tbname, ts - pmod(ts, 60000)"
-        )
-    elif kind == "count_window":  # row numbers: every 600 rows of a table a window
-        sql = (
-            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
-            " SELECT *, (row_number() OVER (PARTITION BY tbname ORDER BY ts) - 1) DIV 600 AS n FROM meters_raw)"
-            " GROUP BY tbname, n"
-        )
-    elif kind == "event_window":  # segments between end rows, each from its first start row
-        sql = (
-            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
-            " SELECT *, min(CASE WHEN phase = 0 THEN ts END) OVER (PARTITION BY tbname, seg) AS opened FROM ("
-            "  SELECT *, coalesce(sum(CASE WHEN phase = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY tbname ORDER BY ts"
-            "  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS seg FROM meters_raw))"
-            " WHERE ts >= opened GROUP BY tbname, seg"
-        )
-    elif kind == "session":  # gaps-and-islands: a new window after a silence longer than the gap
-        sql = (
-            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
-            " SELECT *, sum(gap) OVER (PARTITION BY tbname ORDER BY ts) AS session FROM ("
-            "  SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY tbname ORDER BY ts) <= 30000 THEN 0 ELSE 1 END"
-            "  AS gap FROM meters_raw)) GROUP BY tbname, session"
-        )
-    else:  # gaps-and-islands: a new window where the phase changes
-        sql = (
-            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
-            " SELECT *, sum(change) OVER (PARTITION BY tbname ORDER BY ts) AS island FROM ("
-            "  SELECT *, CASE WHEN phase = lag(phase) OVER (PARTITION BY tbname ORDER BY ts) THEN 0 ELSE 1 END"
-            "  AS change FROM meters_raw)) GROUP BY tbname, island"
-        )
+    sql = _hand_written(kind)
     spark.sql(sql).toArrow()  # not reported: warms the server for this plan, as the stream's first run
-    started = time.perf_counter()
-    hand = spark.sql(sql).toArrow()
-    hand_seconds = time.perf_counter() - started
-    started = time.perf_counter()  # as a user's job would: the results written, by the executors
-    spark.sql(sql).write.mode("overwrite").parquet(str(root / "hand_written"))
-    hand_written_seconds = time.perf_counter() - started
-    streaming = _structured_streaming(spark, files, root) if kind == "interval" else None
+    streaming = _Streaming(spark, files, root) if kind == "interval" else None
+    timed: dict[str, list[float]] = {}
+    for round_number in range(rounds):
+        # each round times every side in turn: the machine's speed drifts within minutes, and
+        # a ratio is of the same minute's figures
+        if round_number:  # a new stream over the same rows, the last one dropped
+            session.execute(f"drop stream {'s' if round_number == 1 else f's{round_number - 1}'}")
+            stream_seconds, _ = stream(f"s{round_number}")
+        started = time.perf_counter()
+        hand = spark.sql(sql).toArrow()
+        hand_seconds = time.perf_counter() - started
+        started = time.perf_counter()  # as a user's job would: the results written, by the executors
+        spark.sql(sql).write.mode("overwrite").parquet(str(root / "hand_written"))
+        hand_written_seconds = time.perf_counter() - started
+        measured = {
+            "stream_seconds": stream_seconds,
+            "hand_written_sql_collected_seconds": hand_seconds,
+            "hand_written_sql_written_seconds": hand_written_seconds,
+            "stream_over_hand_written": stream_seconds / hand_written_seconds,
+        }
+        if streaming is not None:
+            measured["structured_streaming_seconds"] = streaming.timed(f"round{round_number}")
+            measured["structured_streaming_over_stream"] = measured["structured_streaming_seconds"] / stream_seconds
+        for key, value in measured.items():
+            timed.setdefault(key, []).append(round(value, 2))
     warehouse.close()
     return {
         "trigger": kind,
         "rows": rows,
         "child_tables": tables,
         "load_seconds": round(loaded, 1),
-        "stream_runs": report.runs,
-        "stream_seconds": round(stream_seconds, 2),
+        "stream_runs": runs,
         "stream_windows": windows,
         **{f"stream_{name}": value for name, value in split.items()},
         **recalculation,
-        "hand_written_sql_collected_seconds": round(hand_seconds, 2),
-        "hand_written_sql_written_seconds": round(hand_written_seconds, 2),
-        "stream_over_hand_written": round(stream_seconds / hand_written_seconds, 2),
-        **(streaming or {}),
+        **{
+            key: values[0] if rounds == 1 else {"rounds": values, "median": round(statistics.median(values), 2)}
+            for key, values in timed.items()
+        },
+        **({"structured_streaming_windows": streaming.windows} if streaming is not None else {}),
         # the hand-written SQL also counts each table's last, still open window
         "hand_written_sql_windows": hand.num_rows,
         "cores": os.cpu_count(),
     }
+
+
+def _hand_written(kind: str) -> str:
+    """The same windows as one Spark SQL over the table's files (view ``meters_raw``)."""
+    if kind == "interval":
+        return (
+            "SELECT tbname, ts - pmod(ts, 60000) AS w, count(*), avg(current), max(voltage) FROM meters_raw "
+            "GROUP BY tbname, ts - pmod(ts, 60000)"
+        )
+    if kind == "count_window":  # row numbers: every 600 rows of a table a window
+        return (
+            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
+            " SELECT *, (row_number() OVER (PARTITION BY tbname ORDER BY ts) - 1) DIV 600 AS n FROM meters_raw)"
+            " GROUP BY tbname, n"
+        )
+    if kind == "event_window":  # segments between end rows, each from its first start row
+        return (
+            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
+            " SELECT *, min(CASE WHEN phase = 0 THEN ts END) OVER (PARTITION BY tbname, seg) AS opened FROM ("
+            "  SELECT *, coalesce(sum(CASE WHEN phase = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY tbname ORDER BY ts"
+            "  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS seg FROM meters_raw))"
+            " WHERE ts >= opened GROUP BY tbname, seg"
+        )
+    if kind == "session":  # gaps-and-islands: a new window after a silence longer than the gap
+        return (
+            "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
+            " SELECT *, sum(gap) OVER (PARTITION BY tbname ORDER BY ts) AS session FROM ("
+            "  SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY tbname ORDER BY ts) <= 30000 THEN 0 ELSE 1 END"
+            "  AS gap FROM meters_raw)) GROUP BY tbname, session"
+        )
+    # gaps-and-islands: a new window where the phase changes
+    return (
+        "SELECT tbname, min(ts) AS w, count(*), avg(current), max(voltage) FROM ("
+        " SELECT *, sum(change) OVER (PARTITION BY tbname ORDER BY ts) AS island FROM ("
+        "  SELECT *, CASE WHEN phase = lag(phase) OVER (PARTITION BY tbname ORDER BY ts) THEN 0 ELSE 1 END"
+        "  AS change FROM meters_raw)) GROUP BY tbname, island"
+    )
 
 
 def _recalculate(harness: StreamHarness, per_table: int, gaps: bool) -> dict[str, object]:
@@ -196,21 +226,27 @@ def _recalculate(harness: StreamHarness, per_table: int, gaps: bool) -> dict[str
     }
 
 
-def _structured_streaming(spark: object, files: list[str], root: Path) -> dict[str, object]:
+class _Streaming:
     """The same INTERVAL windows as Spark Structured Streaming computes them over the same
     files (``trigger(availableNow=True)``, watermark 0, append mode: a window is written once
     a later row closes it, as the stream's), results written as Parquet; once unreported to
-    warm the plan, then timed. The issue's target: the stream ≥ 2× faster."""
-    from pyspark.sql import functions as F
+    warm the plan, then timed each round. The issue's target: the stream ≥ 2× faster."""
 
-    source = root / "streaming_source"  # exactly the table's files (the folder may hold older ones)
-    source.mkdir()
-    for i, uri in enumerate(files):
-        (source / f"part-{i:05d}.parquet").symlink_to(uri.removeprefix("file://"))
-    schema = spark.read.parquet(str(source)).schema  # type: ignore[attr-defined]
-    seconds = 0.0
-    for attempt in ("warm", "timed"):
-        rows = spark.readStream.schema(schema).parquet(str(source))  # type: ignore[attr-defined]
+    def __init__(self, spark: object, files: list[str], root: Path) -> None:
+        self.spark, self.root = spark, root
+        self.source = root / "streaming_source"  # exactly the table's files (the folder may hold older ones)
+        self.source.mkdir()
+        for i, uri in enumerate(files):
+            (self.source / f"part-{i:05d}.parquet").symlink_to(uri.removeprefix("file://"))
+        self.schema = spark.read.parquet(str(self.source)).schema  # type: ignore[attr-defined]
+        self.windows = 0
+        self.timed("warm")
+
+    def timed(self, name: str) -> float:
+        """Seconds of one run from scratch (its own output and checkpoint)."""
+        from pyspark.sql import functions as F
+
+        rows = self.spark.readStream.schema(self.schema).parquet(str(self.source))  # type: ignore[attr-defined]
         windows = (
             rows.withColumn("t", F.timestamp_millis("ts"))
             .withWatermark("t", "0 seconds")
@@ -220,16 +256,16 @@ def _structured_streaming(spark: object, files: list[str], root: Path) -> dict[s
         started = time.perf_counter()
         query = (
             windows.writeStream.format("parquet")
-            .option("path", str(root / f"streaming_{attempt}"))
-            .option("checkpointLocation", str(root / f"streaming_{attempt}_checkpoint"))
+            .option("path", str(self.root / f"streaming_{name}"))
+            .option("checkpointLocation", str(self.root / f"streaming_{name}_checkpoint"))
             .outputMode("append")
             .trigger(availableNow=True)
             .start()
         )
         query.awaitTermination()
         seconds = time.perf_counter() - started
-    written = spark.read.parquet(str(root / "streaming_timed")).count()  # type: ignore[attr-defined]
-    return {"structured_streaming_seconds": round(seconds, 2), "structured_streaming_windows": written}
+        self.windows = self.spark.read.parquet(str(self.root / f"streaming_{name}")).count()  # type: ignore[attr-defined]
+        return seconds
 
 
 def main() -> None:
@@ -239,6 +275,12 @@ def main() -> None:
     parser.add_argument("--trigger", choices=sorted(STREAMS), action="append")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "fill_history.json"))
     parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time the stream, the hand-written SQL and Structured Streaming, in turn, this many times",
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="tdstream-bench-spark-"))
     # one server for every run, the stream's and the hand-written SQL's, with the memory cap
@@ -253,7 +295,7 @@ def main() -> None:
         for rows, kind, reported in rounds:
             root = Path(tempfile.mkdtemp(prefix="tdstream-bench-"))
             try:
-                result = run(rows, min(args.tables, rows // 100), kind, root)
+                result = run(rows, min(args.tables, rows // 100), kind, root, args.rounds if reported else 1)
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             if reported:
