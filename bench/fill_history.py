@@ -122,12 +122,14 @@ def run(rows: int, tables: int, kind: str, root: Path, rounds: int = 1) -> dict[
     spark.sql(sql).toArrow()  # not reported: warms the server for this plan, as the stream's first run
     streaming = _Streaming(spark, files, root) if kind == "interval" else None
     timed: dict[str, list[float]] = {}
+    current = "s"
     for round_number in range(rounds):
         # each round times every side in turn: the machine's speed drifts within minutes, and
         # a ratio is of the same minute's figures
         if round_number:  # a new stream over the same rows, the last one dropped
-            session.execute(f"drop stream {'s' if round_number == 1 else f's{round_number - 1}'}")
-            stream_seconds, _ = stream(f"s{round_number}")
+            session.execute(f"drop stream {current}")
+            current = f"s{round_number}"
+            stream_seconds, _ = stream(current)
         started = time.perf_counter()
         hand = spark.sql(sql).toArrow()
         hand_seconds = time.perf_counter() - started

@@ -210,7 +210,7 @@ def main() -> None:
         for key, value in measured.items():
             rates.setdefault(key, []).append(value)
     results: dict[str, object] = {
-        key: runs[0] if len(runs) == 1 else {"runs": runs, "median": round(statistics.median(runs), 2)}
+        key: runs[0] if len(runs) == 1 else {"rounds": runs, "median": round(statistics.median(runs), 2)}
         for key, runs in rates.items()
     }
     for rows in (int(n) for n in args.batches.split(",")):
