@@ -29,7 +29,9 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from ..errors import CatalogError
 from .append import CHECKPOINT_INTERVAL, append_commit, commit_actions, last_checkpoint, log_entry_name, log_lines
+from .snapshot import Snapshot, newest, write_checkpoint
 
 # characters a back-quoted name may hold that a path segment must not: separators, Spark's
 # glob characters (it reads paths as patterns), URL syntax, control characters, the escape
@@ -208,8 +210,16 @@ class DeltaStore:
         version = append_commit(local_path(uri), after, rows, _marks_metadata(marks, extra))
         self._latest[uri] = (self._latest[uri][0], version)
         if version % CHECKPOINT_INTERVAL == 0:  # readers replay the log from the last checkpoint
-            self.current(db, table).create_checkpoint()
+            write_checkpoint(local_path(uri), self.snapshot(db, table))
         return version
+
+    def snapshot(self, db: str, table: str) -> Snapshot:
+        """A local table's newest snapshot, replayed without delta-rs (``snapshot.py``)."""
+        uri = self.uri(db, table)
+        identity = _table_id(uri)
+        if identity is None:
+            raise CatalogError(f"table {db}.{table} has no Delta log at {uri}")
+        return newest(local_path(uri), identity)
 
     def upsert(
         self,

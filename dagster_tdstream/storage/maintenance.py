@@ -26,6 +26,7 @@ accounts for it after. Must not decide what a stream reads: it only asks where s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -36,10 +37,12 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+from deltalake import Schema
 
 from ..sql.timeunits import parse_duration
 from .append import commit_actions, last_checkpoint, log_lines, write_data_file
 from .delta import MARKS_KEY, is_local, local_path
+from .snapshot import max_value
 
 if TYPE_CHECKING:
     from .warehouse import Warehouse
@@ -128,9 +131,8 @@ def _trim(warehouse: Warehouse, db: str, storage: str) -> int:
     if table is None:
         return 0
     pk = table.primary_key
-    dt = warehouse.delta.current(db, storage)
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    expired = [a for a in actions if a.get(f"max.{pk}") is not None and a[f"max.{pk}"] < cutoff]
+    adds = warehouse.delta.snapshot(db, storage).files.values()
+    expired = [a for a in adds if (newest := max_value(a, pk)) is not None and newest < cutoff]
     if not expired:
         return 0
     removes = _removed(expired)  # retention, not a delete a stream should recalculate for
@@ -151,16 +153,16 @@ def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
     ``SMALL_FILE_BYTES`` at every run, those under ``MEDIUM_FILE_BYTES`` once ``MEDIUM_FILES``
     of them exist. delta-rs's OPTIMIZE re-packs every file under its 100 MB target, so a live
     table's growing compacted file was rewritten at each run."""
-    dt = warehouse.delta.current(db, storage)
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    small = [a for a in actions if a["size_bytes"] < SMALL_FILE_BYTES]
-    medium = [a for a in actions if SMALL_FILE_BYTES <= a["size_bytes"] < MEDIUM_FILE_BYTES]
+    snapshot = warehouse.delta.snapshot(db, storage)
+    adds = snapshot.files.values()
+    small = [a for a in adds if a["size"] < SMALL_FILE_BYTES]
+    medium = [a for a in adds if SMALL_FILE_BYTES <= a["size"] < MEDIUM_FILE_BYTES]
     if len(medium) >= MEDIUM_FILES:
         small += medium
     if len(small) < 2:
         return 0
     path = local_path(warehouse.delta.uri(db, storage))
-    schema = pa.schema(dt.schema().to_arrow())
+    schema = _arrow_schema(snapshot.metadata["schemaString"])
     rows = pads.dataset([str(path / unquote(a["path"])) for a in small], format="parquet", schema=schema).to_table()
     table = warehouse.find_table(db, storage)
     if table is not None:
@@ -175,8 +177,8 @@ def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
 
 
 def _removed(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Remove actions for files (rows of ``get_add_actions``) that change no data: the change
-    feed does not read them as deletes."""
+    """Remove actions for files (their add actions) that change no data: the change feed
+    does not read them as deletes."""
     now = time.time_ns() // 1_000_000
     return [
         {
@@ -186,7 +188,7 @@ def _removed(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "dataChange": False,
                 "extendedFileMetadata": True,
                 "partitionValues": {},
-                "size": a["size_bytes"],
+                "size": a["size"],
             }
         }
         for a in files
@@ -208,8 +210,7 @@ def _vacuum(warehouse: Warehouse, db: str, storage: str) -> tuple[int, int]:
 def _vacuum_files(
     path: Path, warehouse: Warehouse, db: str, storage: str, needed: int, current: int, older_than: float
 ) -> int:
-    referenced = set(warehouse.delta.current(db, storage).file_uris())
-    referenced = {uri.rsplit("/", 1)[-1] for uri in referenced}
+    referenced = {unquote(p).rsplit("/", 1)[-1] for p in warehouse.delta.snapshot(db, storage).files}
     for version in range(needed, current + 1):
         lines = log_lines(path, version)
         if lines is None:
@@ -279,3 +280,9 @@ def _oldest_needed(warehouse: Warehouse, db: str, storage: str) -> int:
 def table_files(path: Path) -> int:
     """How many data files a local table's folder holds (benchmarks and tests)."""
     return sum(1 for file in path.iterdir() if file.name.endswith(".parquet"))
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_schema(schema_string: str) -> pa.Schema:
+    """A Delta schema (its JSON in metaData) as Arrow's, as delta-rs maps the types."""
+    return pa.schema(Schema.from_json(schema_string).to_arrow())
