@@ -4,6 +4,7 @@ wrote), compaction, checkpoints and log entries expired by another process."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -172,3 +173,33 @@ def test_a_snapshot_behind_entries_another_process_expired_is_read_from_the_chec
 def test_removed_files_stay_in_checkpoints_for_the_table_s_retention(setting: str | None, ms: int) -> None:
     configuration = {} if setting is None else {"delta.deletedFileRetentionDuration": setting}
     assert retention_ms({"configuration": configuration}) == ms
+
+
+_SNAPSHOT = """
+import json, sys
+from dagster_tdstream import Warehouse
+snapshot = Warehouse(sys.argv[1]).delta.snapshot("d", "m")
+print(json.dumps({"version": snapshot.version, "files": sorted(snapshot.files)}))
+"""
+
+
+def test_a_multi_part_checkpoint_is_read_whole(sql_session: Session, warehouse: Warehouse) -> None:
+    uri = _table(sql_session)
+    for i in range(110):
+        sql_session.execute(f"insert into c{1 + i % 2} values ({T + i}, {i})")
+    log = uri / "_delta_log"
+    single = log / f"{100:020}.checkpoint.parquet"
+    rows = pq.read_table(single)
+    half = rows.num_rows // 2
+    for n, part in enumerate((rows.slice(0, half), rows.slice(half)), start=1):
+        pq.write_table(part, log / f"{100:020}.checkpoint.{n:010}.{2:010}.parquet")
+    single.unlink()
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 100, "size": rows.num_rows, "parts": 2}))
+    table = DeltaTable(str(uri))  # delta-rs reads the parts as one checkpoint too
+    done = subprocess.run(
+        [sys.executable, "-c", _SNAPSHOT, warehouse.uri], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stdout) == {
+        "version": table.version(),
+        "files": sorted(file.rsplit("/", 1)[-1] for file in table.file_uris()),
+    }

@@ -210,10 +210,14 @@ def _replayed(table: Path) -> Snapshot:
     state = _State.empty()
     version = last_checkpoint(table)
     if version is not None:
-        for row in pq.read_table(_checkpoint_path(table, version)).to_pylist():
-            for kind, action in row.items():
-                if action is not None and kind in _State.KINDS:
-                    state.apply(kind, _from_checkpoint(kind, action))
+        # one file, or the parts of a multi-part checkpoint (Spark writes those for big tables)
+        for part in sorted((table / "_delta_log").glob(f"{version:020}.checkpoint.*parquet")):
+            for row in pq.read_table(part).to_pylist():
+                if row.get("sidecar") is not None:  # a v2 checkpoint: a reader feature no table here has
+                    raise CatalogError(f"the checkpoint {part} refers to sidecar files, which are not read here")
+                for kind, action in row.items():
+                    if action is not None and kind in _State.KINDS:
+                        state.apply(kind, _from_checkpoint(kind, action))
     else:
         version = -1
     while (lines := log_lines(table, version + 1)) is not None:
