@@ -203,3 +203,17 @@ def test_a_multi_part_checkpoint_is_read_whole(sql_session: Session, warehouse: 
         "version": table.version(),
         "files": sorted(file.rsplit("/", 1)[-1] for file in table.file_uris()),
     }
+
+
+def test_a_checkpoint_missing_a_file_is_named_not_read_as_an_empty_table(
+    sql_session: Session, warehouse: Warehouse
+) -> None:
+    uri = _table(sql_session)
+    for i in range(105):
+        sql_session.execute(f"insert into c{1 + i % 2} values ({T + i}, {i})")
+    (uri / "_delta_log" / f"{100:020}.checkpoint.parquet").unlink()
+    # a new process, with no snapshot of its own to advance (delta-rs refuses such a table too)
+    done = subprocess.run([sys.executable, "-c", _SNAPSHOT, warehouse.uri], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "CatalogError" in done.stderr and "the checkpoint of version 100 that" in done.stderr
+    assert "has 0 of its 1 file(s): the table's snapshot cannot be read" in done.stderr

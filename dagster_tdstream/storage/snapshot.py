@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import CatalogError
-from .append import fsync_path, last_checkpoint, log_lines
+from .append import fsync_path, last_checkpoint, log_lines, log_path
 
 _STRINGS = pa.map_(pa.string(), pa.string())
 _SETTINGS = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))  # values never null
@@ -194,6 +194,8 @@ def newest(table: Path, identity: str) -> Snapshot:
 def _advanced(table: Path, base: Snapshot | None) -> Snapshot:
     if base is None:
         return _replayed(table)
+    if not log_path(table, base.version + 1).exists() and (last_checkpoint(table) or -1) <= base.version:
+        return base  # nothing committed since
     state = _State.of(base)
     version = base.version
     while (lines := log_lines(table, version + 1)) is not None:
@@ -208,24 +210,40 @@ def _advanced(table: Path, base: Snapshot | None) -> Snapshot:
 def _replayed(table: Path) -> Snapshot:
     """From the last checkpoint (or version 0) on."""
     state = _State.empty()
-    version = last_checkpoint(table)
-    if version is not None:
-        # one file, or the parts of a multi-part checkpoint (Spark writes those for big tables)
-        for part in sorted((table / "_delta_log").glob(f"{version:020}.checkpoint.*parquet")):
+    hint = _checkpoint_hint(table)
+    version = -1
+    if hint is not None:
+        # one file, or the parts of a multi-part checkpoint (Spark writes those for big tables);
+        # the entries before it may be gone, so without all of it the files it lists are unknown
+        version, expected = hint
+        parts = sorted((table / "_delta_log").glob(f"{version:020}.checkpoint.*parquet"))
+        if len(parts) != expected:
+            raise CatalogError(
+                f"the checkpoint of version {version} that {table}/_delta_log/_last_checkpoint names has "
+                f"{len(parts)} of its {expected} file(s): the table's snapshot cannot be read"
+            )
+        for part in parts:
             for row in pq.read_table(part).to_pylist():
                 if row.get("sidecar") is not None:  # a v2 checkpoint: a reader feature no table here has
                     raise CatalogError(f"the checkpoint {part} refers to sidecar files, which are not read here")
                 for kind, action in row.items():
                     if action is not None and kind in _State.KINDS:
                         state.apply(kind, _from_checkpoint(kind, action))
-    else:
-        version = -1
     while (lines := log_lines(table, version + 1)) is not None:
         state.apply_lines(lines)
         version += 1
     if version < 0 or not state.metadata:
         raise CatalogError(f"the Delta table at {table} has no log to read")
     return state.snapshot(version)
+
+
+def _checkpoint_hint(table: Path) -> tuple[int, int] | None:
+    """(version, parts) of the last checkpoint, from ``_last_checkpoint``; None without one."""
+    try:
+        hint = json.loads((table / "_delta_log" / "_last_checkpoint").read_text())
+        return int(hint["version"]), int(hint.get("parts", 1))
+    except (FileNotFoundError, KeyError, ValueError):
+        return None
 
 
 def _from_checkpoint(kind: str, action: dict[str, Any]) -> dict[str, Any]:
