@@ -49,8 +49,16 @@ def log_entry_name(version: int) -> str:
 def last_checkpoint(table: Path) -> int | None:
     """The version of the table's last checkpoint (its ``_last_checkpoint`` file), None when
     it has none."""
+    hint = checkpoint_hint(table)
+    return None if hint is None else hint[0]
+
+
+def checkpoint_hint(table: Path) -> tuple[int, int] | None:
+    """(version, number of files) of the table's last checkpoint, from ``_last_checkpoint``
+    (a multi-part checkpoint names its parts); None when it has none."""
     try:
-        return int(json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"])
+        hint = json.loads((table / "_delta_log" / "_last_checkpoint").read_text())
+        return int(hint["version"]), int(hint.get("parts", 1))
     except (FileNotFoundError, KeyError, ValueError):
         return None
 

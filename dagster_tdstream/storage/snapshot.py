@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import CatalogError
-from .append import fsync_path, last_checkpoint, log_lines, log_path
+from .append import checkpoint_hint, fsync_path, last_checkpoint, log_lines
 
 _STRINGS = pa.map_(pa.string(), pa.string())
 _SETTINGS = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))  # values never null
@@ -194,23 +194,22 @@ def newest(table: Path, identity: str) -> Snapshot:
 def _advanced(table: Path, base: Snapshot | None) -> Snapshot:
     if base is None:
         return _replayed(table)
-    if not log_path(table, base.version + 1).exists() and (last_checkpoint(table) or -1) <= base.version:
-        return base  # nothing committed since
-    state = _State.of(base)
+    state: _State | None = None  # copied from ``base`` only when an entry follows it
     version = base.version
     while (lines := log_lines(table, version + 1)) is not None:
+        if state is None:
+            state = _State.of(base)
         state.apply_lines(lines)
         version += 1
-    checkpoint = last_checkpoint(table)
-    if checkpoint is not None and checkpoint > version:  # the entries after ``base`` were expired
+    if (last_checkpoint(table) or -1) > version:  # the entries after ``base`` were expired
         return _replayed(table)
-    return state.snapshot(version)
+    return base if state is None else state.snapshot(version)
 
 
 def _replayed(table: Path) -> Snapshot:
     """From the last checkpoint (or version 0) on."""
     state = _State.empty()
-    hint = _checkpoint_hint(table)
+    hint = checkpoint_hint(table)
     version = -1
     if hint is not None:
         # one file, or the parts of a multi-part checkpoint (Spark writes those for big tables);
@@ -235,15 +234,6 @@ def _replayed(table: Path) -> Snapshot:
     if version < 0 or not state.metadata:
         raise CatalogError(f"the Delta table at {table} has no log to read")
     return state.snapshot(version)
-
-
-def _checkpoint_hint(table: Path) -> tuple[int, int] | None:
-    """(version, parts) of the last checkpoint, from ``_last_checkpoint``; None without one."""
-    try:
-        hint = json.loads((table / "_delta_log" / "_last_checkpoint").read_text())
-        return int(hint["version"]), int(hint.get("parts", 1))
-    except (FileNotFoundError, KeyError, ValueError):
-        return None
 
 
 def _from_checkpoint(kind: str, action: dict[str, Any]) -> dict[str, Any]:
@@ -350,28 +340,29 @@ def write_checkpoint(table: Path, snapshot: Snapshot) -> None:
         *({"remove": remove} for remove in snapshot.tombstones.values()),
     ]
     log = table / "_delta_log"
-    target = _checkpoint_path(table, snapshot.version)
-    staged = log / f".tdstream-{uuid.uuid4()}.checkpoint.parquet.tmp"
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), sink, compression="snappy")
+    encoded = sink.getvalue().to_pybytes()
+    _replace(_checkpoint_path(table, snapshot.version), encoded)
+    files = len(snapshot.files)
+    pointer = {"version": snapshot.version, "size": len(rows), "sizeInBytes": len(encoded), "numOfAddFiles": files}
+    if (last_checkpoint(table) or -1) < snapshot.version:
+        _replace(log / "_last_checkpoint", json.dumps(pointer, separators=(",", ":")).encode())
+    fsync_path(log, directory=True)
+
+
+def _replace(target: Path, data: bytes) -> None:
+    """``target`` holds ``data``, written aside, fsynced and renamed over it (the caller
+    fsyncs the folder)."""
+    staged = target.parent / f".tdstream-{uuid.uuid4()}.{target.name}.tmp"
     try:
-        pq.write_table(pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), staged, compression="snappy")
-        fsync_path(staged)
-        size = staged.stat().st_size
+        with open(staged, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(staged, target)
     finally:
         staged.unlink(missing_ok=True)
-    files = len(snapshot.files)
-    pointer = {"version": snapshot.version, "size": len(rows), "sizeInBytes": size, "numOfAddFiles": files}
-    if (last_checkpoint(table) or -1) < snapshot.version:
-        staged = log / f".tdstream-{uuid.uuid4()}.last_checkpoint.tmp"
-        try:
-            with open(staged, "w", encoding="utf-8") as out:
-                out.write(json.dumps(pointer, separators=(",", ":")))
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(staged, log / "_last_checkpoint")
-        finally:
-            staged.unlink(missing_ok=True)
-    fsync_path(log, directory=True)
 
 
 def _checkpoint_path(table: Path, version: int) -> Path:
