@@ -167,3 +167,77 @@ def test_log_entries_no_reader_needs_are_expired_and_the_table_reads_and_streams
     # the entry after the early handle's version is gone: it still comes up to date
     assert not (log / f"{early + 1:020}.json").exists() and reader.delta.current("d", "t").version() == newest
     reader.close()
+
+
+_COMPACT_IN_ANOTHER_PROCESS = """
+import sys
+from dagster_tdstream import Session, Warehouse
+warehouse = Warehouse(sys.argv[1])
+print(Session(warehouse, timezone="UTC").execute("compact database d")[0].message)
+warehouse.close()
+"""
+
+
+def test_a_compaction_from_the_rows_written_here_equals_one_read_from_the_files(
+    sql_session: Session, warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """The process that wrote a table's small files compacts them from the rows it kept; a
+    process that did not reads them. The compacted file must be the same either way: same
+    schema, same rows, in key order — with nulls and text, and with some of the small files
+    written by another process, so that the first compaction takes rows from both places."""
+    import shutil
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    sql_session.execute(
+        "create database d; use d; create stable m (ts timestamp, v int, f float, s nchar(8), b bool) tags (g int);"
+        "create table c1 using m tags (1); create table c2 using m tags (2)"
+    )
+    for i in range(12):
+        value = "null" if i % 5 == 0 else str(i)
+        sql_session.execute(
+            f"insert into c{1 + i % 2} values ({T + 1000 * (12 - i)}, {value}, {i / 4}, 'é{i}', {i % 2 == 0})"
+        )
+    inserts = ";".join(
+        f"insert into d.c{1 + i % 2} values ({T + 1000 * i + 7}, {i}, null, 'z{i}', false)" for i in range(12, 20)
+    )
+    written = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster_tdstream.cli.main",
+            "sql",
+            "--warehouse",
+            warehouse.uri,
+            "--timezone",
+            "UTC",
+            inserts,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert written.returncode == 0, written.stderr
+    uri = Path(warehouse.delta.uri("d", "m"))
+    elsewhere = tmp_path / "copy"
+    shutil.copytree(warehouse.uri, elsewhere)
+
+    message = sql_session.execute("compact database d")[0].message
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPACT_IN_ANOTHER_PROCESS, str(elsewhere)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == message and "20 file(s) compacted" in message, (message, done.stdout)
+
+    def compacted(table: Path) -> pa.Table:
+        (file,) = [f for f in DeltaTable(str(table)).file_uris() if "part-" in f]
+        return pq.read_table(file.removeprefix("file://"))
+
+    here = compacted(uri)
+    read = compacted(elsewhere / uri.relative_to(warehouse.uri))
+    assert here.schema.equals(read.schema, check_metadata=True)
+    assert here.to_pylist() == read.to_pylist()
+    assert here.num_rows == 20 and here["ts"].to_pylist() == sorted(here["ts"].to_pylist())
+    assert here["f"].null_count == 8 and here["v"].null_count == 3

@@ -40,7 +40,7 @@ import pyarrow.dataset as pads
 from deltalake import Schema
 
 from ..sql.timeunits import parse_duration
-from .append import commit_actions, last_checkpoint, log_lines, write_data_file
+from .append import commit_actions, last_checkpoint, log_lines, recent_rows, write_data_file
 from .delta import MARKS_KEY, is_local, local_path
 from .snapshot import max_value
 
@@ -162,8 +162,7 @@ def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
     if len(small) < 2:
         return 0
     path = local_path(warehouse.delta.uri(db, storage))
-    schema = _arrow_schema(snapshot.metadata["schemaString"])
-    rows = pads.dataset([str(path / unquote(a["path"])) for a in small], format="parquet", schema=schema).to_table()
+    rows = _files_rows([path / unquote(a["path"]) for a in small], _arrow_schema(snapshot.metadata["schemaString"]))
     table = warehouse.find_table(db, storage)
     if table is not None:
         rows = rows.sort_by([(table.primary_key, "ascending")])
@@ -174,6 +173,21 @@ def _compact(warehouse: Warehouse, db: str, storage: str) -> int:
         path, after, [{"add": add}, *removes], {"operation": "OPTIMIZE", "operationParameters": {}, MARKS_KEY: "{}"}
     )
     return len(small)
+
+
+def _files_rows(files: list[Path], schema: pa.Schema) -> pa.Table:
+    """The rows of data files in the table's schema: those this process wrote recently in
+    that schema from memory, the others read (a read casts them to it)."""
+    kept, unread = [], []
+    for file in files:
+        rows = recent_rows(file)
+        if rows is not None and rows.schema.equals(schema):
+            kept.append(rows)
+        else:
+            unread.append(str(file))
+    if unread:
+        kept.append(pads.dataset(unread, format="parquet", schema=schema).to_table())
+    return pa.concat_tables(kept)
 
 
 def _removed(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
