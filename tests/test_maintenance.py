@@ -5,14 +5,19 @@ against the batch query."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from dagster_tdstream import Session, StreamHarness, TDStreamError, Warehouse
+from dagster_tdstream.storage.append import recent_rows
 from dagster_tdstream.storage.maintenance import COMPACT_EVERY, RETENTION_ENV, table_files
 
 from .conftest import output
@@ -185,12 +190,6 @@ def test_a_compaction_from_the_rows_written_here_equals_one_read_from_the_files(
     process that did not reads them. The compacted file must be the same either way: same
     schema, same rows, in key order — with nulls and text, and with some of the small files
     written by another process, so that the first compaction takes rows from both places."""
-    import shutil
-    import subprocess
-    import sys
-
-    import pyarrow.parquet as pq
-
     sql_session.execute(
         "create database d; use d; create stable m (ts timestamp, v int, f float, s nchar(8), b bool) tags (g int);"
         "create table c1 using m tags (1); create table c2 using m tags (2)"
@@ -221,6 +220,8 @@ def test_a_compaction_from_the_rows_written_here_equals_one_read_from_the_files(
     )
     assert written.returncode == 0, written.stderr
     uri = Path(warehouse.delta.uri("d", "m"))
+    small = [uri / path for path in warehouse.delta.snapshot("d", "m").files]
+    assert sorted(recent_rows(file) is not None for file in small) == [False] * 8 + [True] * 12
     elsewhere = tmp_path / "copy"
     shutil.copytree(warehouse.uri, elsewhere)
 
