@@ -7,12 +7,16 @@ worker: the test command runs modules on two workers)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from dagster_tdstream.testing.conformance import expand, run_case, run_statements_with_setup
+from dagster_tdstream.testing import conformance
+from dagster_tdstream.testing.conformance import clear_of_day_end, expand, run_case, run_statements_with_setup
 
 from .conftest import CONFORMANCE
 
@@ -226,3 +230,42 @@ def test_an_expected_error_the_tokenizer_already_raises_is_that_error(spark: obj
     }  # fmt: skip
     result = run_case(case, spark=spark)
     assert result.passed, result.reason
+
+
+def _ns(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp()) * 10**9
+
+
+@pytest.mark.parametrize(
+    ("start", "zone", "to"),
+    [
+        ("2026-12-03T15:29:59+00:00", "Asia/Shanghai", None),  # 30 min and 1 s before its midnight
+        ("2026-12-03T15:30:00+00:00", "Asia/Shanghai", "2026-12-03T16:01:00+00:00"),
+        ("2026-12-03T15:50:00+00:00", "Asia/Shanghai", "2026-12-03T16:01:00+00:00"),
+        ("2026-12-03T16:00:30+00:00", "Asia/Shanghai", None),  # the new day has begun
+        ("2026-12-03T23:45:00+00:00", "UTC", "2026-12-04T00:01:00+00:00"),
+        ("2026-03-29T00:40:00+00:00", "Europe/Berlin", None),  # 01:40 local: not a day's end
+        ("2026-03-28T22:45:00+00:00", "Europe/Berlin", "2026-03-28T23:01:00+00:00"),  # before a DST change
+    ],
+)
+def test_a_case_starting_in_a_day_s_last_half_hour_starts_past_midnight(start: str, zone: str, to: str | None) -> None:
+    offset = clear_of_day_end(_ns(start), ZoneInfo(zone))
+    assert offset == (0 if to is None else _ns(to) - _ns(start))
+
+
+def test_rows_relative_to_now_stay_in_one_day_when_a_case_starts_near_midnight(
+    spark: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TDengine's 2.x continuous-query test writes rows from 24 h to 23 h 41 min before NOW and
+    expects them in one closed INTERVAL(1d) window of Asia/Shanghai. Started at 15:50 UTC
+    (23:50 there) they straddle its midnight: the case fails as it does in TDengine unless its
+    clocks start past midnight, which the runner does for a case in a day's last half hour."""
+    case = json.loads((CORPORA / "continuous_query" / "cases" / "cq_functions_on_recent_rows.json").read_text())
+    today = datetime.fromtimestamp(time.time(), UTC).date()
+    near_midnight = _ns(f"{today.isoformat()}T15:50:00+00:00")
+    result = run_case(case, spark=spark, start_ns=near_midnight)
+    assert result.passed, result.reason
+    monkeypatch.setattr(conformance, "DAY_END_MARGIN_NS", 0)  # started where it was asked to
+    result = run_case(case, spark=spark, start_ns=near_midnight)
+    # 15:50 to 15:59 of the day before in the closed day, the rest in the open one
+    assert not result.passed and "strm_c3: cell [0,1] is 10, expected 20" in result.reason, result.reason

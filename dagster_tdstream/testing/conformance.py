@@ -4,7 +4,9 @@ Owns reading a directory of scenarios (``cases/*.json``, format in the corpus RE
 each in a fresh warehouse with the case's time zone — setup SQL, the streams, then each data
 phase followed by the headless harness until idle — and checking every expectation of the
 phase (row counts, cells, schemas, equality with a batch query, expected errors); nothing
-is skipped.
+is skipped. A case that would start in the last half hour of a day in its time zone runs with
+its clocks (NOW and processing time) a minute past midnight: TDengine's tests assume a run
+does not cross a day.
 Also checks the statement files (one CREATE STREAM per line) when the directory has them.
 """
 
@@ -21,7 +23,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from datetime import time as time_of_day
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,7 @@ from ..results import Result
 from ..session import Session
 from ..sql import ast
 from ..sql.parser import parse_statement
-from ..sql.timeunits import TimeValueError
+from ..sql.timeunits import TimeValueError, resolve_timezone
 from ..sql.tokens import split_statements
 from ..sql.validate import validate_create_stream
 from ..storage.registry import load_streams
@@ -230,12 +233,31 @@ def run_statement_file(path: Path, *, expect_valid: bool, tables: Path | None = 
     return _statements_result(path, len(lines), wrong, verb, started)
 
 
-def run_case(case: dict[str, Any], *, spark: Any = None) -> CaseResult:
+# TDengine's tests write rows relative to NOW and read them back in day windows (INTERVAL(1d))
+# as if a run never crossed a day: near midnight in the case's time zone those rows straddle two
+# days, the newer part in the day still open (TDengine splits them the same way). A case that
+# would start in the last half hour of a day starts, clocks and all, a minute after midnight
+DAY_END_MARGIN_NS = 30 * 60 * 10**9
+
+
+def clear_of_day_end(start_ns: int, zone: Any) -> int:
+    """How far (ns) to move a case's clocks forward from ``start_ns`` so that it starts clear of
+    the end of a day in ``zone``: 0, or to a minute past the next midnight from its last half
+    hour."""
+    local = datetime.fromtimestamp(start_ns / 1e9, zone)
+    midnight = datetime.combine(local.date() + timedelta(days=1), time_of_day(), zone)
+    left = int(midnight.timestamp()) * 10**9 - start_ns
+    return left + 60 * 10**9 if left <= DAY_END_MARGIN_NS else 0
+
+
+def run_case(case: dict[str, Any], *, spark: Any = None, start_ns: int | None = None) -> CaseResult:
+    """Run one scenario; ``start_ns``: the wall-clock time it runs as if started at (tests of
+    time-of-day behaviour; the clocks move on from there at the real pace)."""
     started = time.monotonic()
     case_id = case.get("id", "?")
     try:
         with tempfile.TemporaryDirectory(prefix="tdstream-case-") as tmp:
-            _run(case, Path(tmp), spark)
+            _run(case, Path(tmp), spark, start_ns)
         return CaseResult(case_id, True, "", time.monotonic() - started)
     except (CaseFailed, GeneratorError) as exc:
         return CaseResult(case_id, False, str(exc), time.monotonic() - started)
@@ -245,17 +267,26 @@ def run_case(case: dict[str, Any], *, spark: Any = None) -> CaseResult:
         return CaseResult(case_id, False, f"internal error: {type(exc).__name__}: {exc}", time.monotonic() - started)
 
 
-def _run(case: dict[str, Any], tmp: Path, spark: Any) -> None:
+def _run(case: dict[str, Any], tmp: Path, spark: Any, start_ns: int | None) -> None:
     timezone = case.get("timezone")
+    real = time.time_ns()
+    start = real if start_ns is None else start_ns
+    offset = start - real + clear_of_day_end(start, resolve_timezone(timezone))
+
+    def clock() -> int:  # the client's and processing time alike
+        return time.time_ns() + offset
+
     expected = case.get("expected", [])
     history: dict[str, list[list[Any]]] = {}  # query → rows at its latest check (unchanged_cells)
     warehouse = Warehouse(str(tmp / "warehouse"))
     # the WebSocket logger TDengine's notify tests start: {port} in the statements is its port
     log = NotificationLog() if any(_PORT.search(sql) for sql in case.get("stream_sql", [])) else None
-    harness = StreamHarness(warehouse, timezone=timezone)
+    harness = StreamHarness(warehouse, timezone=timezone, clock=clock)
     try:
-        session = Session(warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case))
-        now_ms = time.time_ns() // 10**6  # <NOW>: the client clock, captured once at test start
+        session = Session(
+            warehouse, timezone=timezone, spark=LazySpark(session=spark), dialect=case_dialect(case), clock=clock
+        )
+        now_ms = clock() // 10**6  # <NOW>: the client clock, captured once at test start
         # the data the setup's comment stands for: created first, a taosBenchmark run (which
         # writes into the setup's tables) after the setup
         described = _describes_data(case)
