@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from datetime import time as time_of_day
 from functools import partial
 from pathlib import Path
@@ -240,7 +240,7 @@ def run_statement_file(path: Path, *, expect_valid: bool, tables: Path | None = 
 DAY_END_MARGIN_NS = 30 * 60 * 10**9
 
 
-def clear_of_day_end(start_ns: int, zone: Any) -> int:
+def clear_of_day_end(start_ns: int, zone: tzinfo) -> int:
     """How far (ns) to move a case's clocks forward from ``start_ns`` so that it starts clear of
     the end of a day in ``zone``: 0, or to a minute past the next midnight from its last half
     hour."""
