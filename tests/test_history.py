@@ -954,3 +954,24 @@ def test_a_partition_run_over_rows_the_stream_has_seen_writes_what_it_wrote(
     result = materialize([asset], instance=harness.instance, resources=harness.resources, partition_key=key)
     assert result.success
     assert sorted(output(session, "select * from out"), key=str) == before
+
+
+@pytest.mark.parametrize("trigger", ["interval(10s) sliding(10s)", "state_window(v)"])
+def test_a_history_over_several_children_gives_each_group_its_child_tables_uid(
+    session: Session, harness: StreamHarness, trigger: str
+) -> None:
+    """``_tgrpid`` of a history's windows, grouped by tbname: each child table's uid, as
+    TDengine reports it, looked up for every group at once."""
+    session.execute("create database d; use d; create stable st (ts timestamp, v int) tags (g int)")
+    for i, name in enumerate(["a", "b", "c"]):
+        session.execute(f"create table {name} using st tags ({i}); insert into {name} values ({T}, 1) ({T + 30000}, 2)")
+    session.execute(
+        f"create stream h {trigger} from st partition by tbname stream_options(fill_history) into h_out "
+        "output_subtable(concat('h_', tbname)) as select _twstart, _tgrpid gid, count(*) n from %%trows"
+    )
+    assert harness.run_until_idle().failures == []
+    uids = {name: session.warehouse.catalog.get_table("d", name).uid for name in "abc"}
+    assert len(set(uids.values())) == 3
+    for name, uid in uids.items():  # the first window holds the first row; every window the uid
+        rows = output(session, f"select _twstart, gid, n from h_{name} order by _twstart")
+        assert rows[0] == (T, uid, 1) and {gid for _, gid, _ in rows} == {uid}

@@ -184,7 +184,7 @@ def live_child_names(warehouse: Warehouse, info: TableInfo) -> list[str] | None:
     are all its own)."""
     if info.kind == "child":
         return None
-    return [child.name for child in warehouse.catalog.child_tables(info.db, info.name)]
+    return list(warehouse.catalog.child_uids(info.db, info.name))
 
 
 def live_children(spark: Any, warehouse: Warehouse, info: TableInfo, data: Any, column: str) -> Any:

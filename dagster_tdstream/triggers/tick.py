@@ -78,7 +78,7 @@ def group_identities(
         found = (find or partial(warehouse.find_table, table.db))(groups[0][position])
         uids = {found.name: found.uid} if found is not None else {}
     else:
-        uids = {child.name: child.uid for child in warehouse.catalog.child_tables(table.db, table.name)}
+        uids = warehouse.catalog.child_uids(table.db, table.name)
     return [uids[values[position]] if values[position] in uids else group_hash(values) for values in groups]
 
 
