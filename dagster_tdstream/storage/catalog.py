@@ -585,8 +585,8 @@ class Catalog:
 
     def child_uids(self, db: str, stable: str) -> dict[str, int]:
         """Each child table of ``stable`` by name, with its uid and nothing else of it: the
-        groups' ids of a history over a thousand children read them in 0.01 s, against 0.17 s
-        for ``child_tables``, which decodes every child's definitions."""
+        groups' ids of a history over a thousand children read them in 2 ms, against 15 ms for
+        ``child_tables``, which decodes every child's definitions."""
         with self._conn(None) as c:
             rows = c.execute(_CHILD_UIDS, {"db": db, "stable": stable}).all()
         return {row.name: row.uid for row in rows}
