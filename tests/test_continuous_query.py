@@ -306,20 +306,22 @@ def test_cli_subscribe_prints_rows_and_resumes_after_kill(warehouse: Warehouse, 
             "insert into c1 values " + " ".join(f"({T0 + batch * 10 + i}, {batch * 10 + i}, 0)" for i in range(5))
         )
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-        assert proc.stdout is not None
-        for _ in range(5):
-            seen.append(json.loads(proc.stdout.readline())["v"])
-        # the progress covers what was printed: the super table's newest WAL offset (its rows
-        # are stored in it), reached before the kill
-        newest = warehouse.delta.version("cq", "st")
-        deadline = time.monotonic() + 10
-        while (not progress.exists() or json.loads(progress.read_text())["version"] < newest) and (
-            time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
-        assert json.loads(progress.read_text()) == {"table": "cq.c1", "version": newest}
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        try:
+            assert proc.stdout is not None
+            for _ in range(5):
+                seen.append(json.loads(proc.stdout.readline())["v"])
+            # the progress covers what was printed: the super table's newest WAL offset (its
+            # rows are stored in it), reached before the kill
+            newest = warehouse.delta.version("cq", "st")
+            deadline = time.monotonic() + 10
+            while (not progress.exists() or json.loads(progress.read_text())["version"] < newest) and (
+                time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            assert json.loads(progress.read_text()) == {"table": "cq.c1", "version": newest}
+        finally:  # killed whatever happened: a failed check must not leave the subscriber polling
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
     assert seen == [b * 10 + i for b in range(3) for i in range(5)]
 
 
