@@ -276,16 +276,20 @@ _WRITE_STATES = select(write_state_table).where(
         write_state_table.c.tbname.in_(bindparam("names", expanding=True)),
     )
 )
-_CHILD_TAG_VALUES = (
-    select(tables_table.c.name, tables_table.c.tag_values)
-    .where(and_(tables_table.c.db == bindparam("db"), tables_table.c.stable == bindparam("stable")))
-    .order_by(tables_table.c.name)
-)
-_CHILD_UIDS = (
-    select(tables_table.c.name, tables_table.c.uid)
-    .where(and_(tables_table.c.db == bindparam("db"), tables_table.c.stable == bindparam("stable")))
-    .order_by(tables_table.c.name)
-)
+
+
+def _children(*columns: Any) -> Any:
+    """``columns`` of a super table's child tables (parameters ``db``, ``stable``), by name."""
+    return (
+        select(*columns)
+        .where(and_(tables_table.c.db == bindparam("db"), tables_table.c.stable == bindparam("stable")))
+        .order_by(tables_table.c.name)
+    )
+
+
+_CHILDREN = _children(tables_table)
+_CHILD_TAG_VALUES = _children(tables_table.c.name, tables_table.c.tag_values)
+_CHILD_UIDS = _children(tables_table.c.name, tables_table.c.uid)
 _VERIFIED = select(verified_table.c.version).where(
     and_(verified_table.c.db == bindparam("db"), verified_table.c.storage == bindparam("storage"))
 )
@@ -569,11 +573,7 @@ class Catalog:
             parent = c.execute(
                 select(tables_table).where(and_(tables_table.c.db == db, tables_table.c.name == stable))
             ).first()
-            rows = c.execute(
-                select(tables_table)
-                .where(and_(tables_table.c.db == db, tables_table.c.stable == stable))
-                .order_by(tables_table.c.name)
-            ).all()
+            rows = c.execute(_CHILDREN, {"db": db, "stable": stable}).all()
         return [self._info(r, parent) for r in rows]
 
     def child_tag_values(self, db: str, stable: str) -> dict[str, dict[str, Any]]:
