@@ -757,3 +757,26 @@ def test_a_few_rows_get_the_same_file_statistics_as_arrow_computes(data: st.Data
     }
     table = pa.table(columns)
     assert append._few_rows_stats(table) == append._arrow_stats(table)
+
+
+@pytest.mark.parametrize("altered_by", ["another warehouse", "the same session"])
+def test_an_insert_after_a_table_was_recreated_is_checked_against_its_new_columns(
+    warehouse: Warehouse, altered_by: str
+) -> None:
+    """A process keeps the table and database definitions it read until another connection
+    commits to the catalog: another process's DDL (here another ``Warehouse``), or its own,
+    which runs on SQLAlchemy's connections."""
+    session = Session(warehouse, timezone="UTC")
+    session.execute("create database d; use d; create table n (ts timestamp, v int); insert into n values (1000, 1)")
+    other = Warehouse(warehouse.uri) if altered_by == "another warehouse" else warehouse
+    try:
+        Session(other, database="d", timezone="UTC").execute(
+            "drop table n; create table n (ts timestamp, v int, w varchar(4))"
+        )
+    finally:
+        if other is not warehouse:
+            other.close()
+    session.execute("insert into n values (2000, 2, 'new')")
+    with pytest.raises(WriteRejectedError, match="expected 3 value"):
+        session.execute("insert into n values (3000, 3)")
+    assert warehouse.read_table(warehouse.table("d", "n")).to_pylist() == [{"ts": 2000, "v": 2, "w": "new"}]

@@ -361,3 +361,22 @@ def test_a_large_write_is_committed_by_its_own_process(writer_of: Warehouse, mon
     status = _status(warehouse)
     assert status is not None and status["requests"] == 1
     assert len(_keys(warehouse)) == 1001
+
+
+def test_the_writer_sees_a_database_and_table_another_process_recreated(writer_of: Warehouse) -> None:
+    """The writer keeps the definitions it read while no other connection commits to the
+    catalog; a statement after another process's DDL is checked against the new ones."""
+    warehouse = writer_of
+    _start(warehouse)
+    sent = Session(Warehouse(warehouse.uri), database="d", timezone="UTC")
+    sent.execute("create table n (ts timestamp, v int)")
+    sent.execute("insert into n values (1000, 1)")  # prepared by the writer, which reads n and d
+    recreate = "drop database d; create database d precision 'us'; use d; create table n (ts timestamp, v int, w int)"
+    assert _client(warehouse, recreate).wait(timeout=120) == 0
+    sent.execute("insert into n values ('1970-01-01 00:00:01', 2, 3)")  # microseconds now, and three columns
+    with pytest.raises(WriteRejectedError) as short:
+        sent.execute("insert into n values (2000, 4)")
+    assert "expected 3 value(s) for table n, got 2" in str(short.value)
+    status = _status(warehouse)
+    assert status is not None and status["statements"] == 2  # the writer ran both inserts that were written
+    assert warehouse.read_table(warehouse.table("d", "n")).to_pylist() == [{"ts": 1_000_000, "v": 2, "w": 3}]
