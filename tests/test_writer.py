@@ -380,3 +380,32 @@ def test_the_writer_sees_a_database_and_table_another_process_recreated(writer_o
     status = _status(warehouse)
     assert status is not None and status["statements"] == 2  # the writer ran both inserts that were written
     assert warehouse.read_table(warehouse.table("d", "n")).to_pylist() == [{"ts": 1_000_000, "v": 2, "w": 3}]
+
+
+def test_a_client_gone_before_its_answer_has_its_statement_committed_once(writer_of: Warehouse) -> None:
+    """The committer sends each answer itself; a connection whose client hung up is closed only
+    once its queued request is answered, and the next clients get their own answers."""
+    warehouse = writer_of
+    _start(warehouse)
+    name = address(Path(warehouse.uri), warehouse.catalog.url)
+    state = {"sql": "insert into c1 values (1000, 1)", "database": "d", "timezone": "UTC", "dialect": "3.x", "now": 0}
+    # the commit waits for the table: the client hangs up before its answer
+    with warehouse.locks.hold([("d", "st")]), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(name)
+        header = json.dumps({**state, "op": "statement", "id": "gone"}).encode()
+        sock.sendall(struct.pack("!II", len(header), 0) + header)
+        deadline = time.monotonic() + 60
+        while (_status(warehouse) or {}).get("queued") != 1:
+            assert time.monotonic() < deadline, "the statement never reached the writer"
+            time.sleep(0.05)
+    deadline = time.monotonic() + 60
+    while (_status(warehouse) or {}).get("queued") != 0:
+        assert time.monotonic() < deadline, "the statement was never committed"
+        time.sleep(0.05)
+    assert _keys(warehouse) == [("c1", 1000, 1)]
+    sessions = [Session(Warehouse(warehouse.uri), database="d", timezone="UTC") for _ in range(3)]
+    results = [s.execute(f"insert into c2 values ({n}000, {n}) ({n}001, {n})")[-1] for n, s in enumerate(sessions)]
+    assert [r.affected for r in results] == [2, 2, 2]
+    status = _status(warehouse)
+    assert status is not None and (status["statements"], status["connections"]) == (4, 4)
+    assert _keys(warehouse) == [("c1", 1000, 1)] + [("c2", k, n) for n in range(3) for k in (n * 1000, n * 1000 + 1)]

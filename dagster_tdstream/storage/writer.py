@@ -208,8 +208,8 @@ class _Request:
     rows: pa.Table | None
     statement: dict[str, Any] | None = None  # a statement sent as text, with its session's state
     affected: int = 0  # a statement's rows, as its result reports them
-    done: threading.Event = field(default_factory=threading.Event)
-    answer: dict[str, Any] = field(default_factory=dict)
+    conn: socket.socket | None = None  # where the committer sends the answer
+    done: threading.Event = field(default_factory=threading.Event)  # set once it is sent
 
 
 class WriterServer:
@@ -288,17 +288,23 @@ class WriterServer:
     def _connection(self, conn: socket.socket) -> None:
         with self._lock:
             self._connections += 1
+        queued: _Request | None = None
         try:
             for header, body in self._received(conn):
                 try:
-                    answer = self._answer(header, body, id(conn))
+                    answer = self._answer(header, body, conn)
                 except (KeyError, TypeError, AttributeError, ValueError) as exc:  # not this package's client
                     _send(conn, {"error": f"malformed request: {type(exc).__name__}: {exc}"})
                     return
-                _send(conn, answer)
+                if isinstance(answer, _Request):  # the committer answers it (a client sends one at a time)
+                    queued = answer
+                else:
+                    _send(conn, answer)
         except OSError:  # the client went away; its request, if queued, is still committed
             pass
         finally:
+            if queued is not None:  # the answer goes to this socket: its number must not be reused before
+                queued.done.wait()
             conn.close()
             with self._lock:
                 self._connections -= 1
@@ -312,7 +318,7 @@ class WriterServer:
             except (ConnectionResetError, ValueError):  # gone, or not speaking this protocol
                 return
 
-    def _answer(self, header: dict[str, Any], body: bytes, connection: int) -> dict[str, Any]:
+    def _answer(self, header: dict[str, Any], body: bytes, conn: socket.socket) -> dict[str, Any] | _Request:
         op = header.get("op")
         if op == "status":
             with self._lock:
@@ -330,22 +336,23 @@ class WriterServer:
             self.stop()
             return {"stopping": True, "pid": os.getpid()}
         if op == "statement":  # prepared by the committer, in one thread: no interpreter lock passed around
-            return self._committed(_Request(str(header["id"]), None, None, statement=header), connection)
+            return self._queued_for_commit(_Request(str(header["id"]), None, None, statement=header), conn)
         if op != "write":
             return {"error": f"the writer does not take {op!r} requests"}
         target = StagedTable(**header["target"])
-        return self._committed(_Request(header["id"], target, ipc.open_stream(body).read_all()), connection)
+        return self._queued_for_commit(_Request(header["id"], target, ipc.open_stream(body).read_all()), conn)
 
-    def _committed(self, pending: _Request, connection: int) -> dict[str, Any]:
-        """Queue a request for the committer and wait for its answer."""
+    def _queued_for_commit(self, pending: _Request, conn: socket.socket) -> dict[str, Any] | _Request:
+        """Queue a request for the committer, which sends its answer; the answer to send now
+        when the writer is stopping."""
+        pending.conn = conn
         with self._lock:  # the committer leaves only with the queue empty and this flag set
             if self._stopping.is_set():
                 return {"declined": "the writer is stopping"}
             self._queue.put(pending)
             self._queued += 1
-            self._wrote_at[connection] = time.monotonic()
-        pending.done.wait()
-        return pending.answer
+            self._wrote_at[id(conn)] = time.monotonic()
+        return pending
 
     def _commit_loop(self) -> None:
         """Commit whatever is queued, one group per table, until stopping and drained."""
@@ -412,9 +419,15 @@ class WriterServer:
         with self._lock:
             self._queued -= len(requests)
             self._last_activity = time.monotonic()
+        # sent from here, not by each connection's thread: waking 8 threads to send 8 small
+        # answers passed the interpreter lock around 8 more times a group
         for pending in requests:
             committed = pending.statement is not None and "version" in answer
-            pending.answer = {**answer, "affected": pending.affected} if committed else answer
+            try:
+                assert pending.conn is not None
+                _send(pending.conn, {**answer, "affected": pending.affected} if committed else answer)
+            except OSError:  # the client went away; what was committed stays committed
+                pass
             pending.done.set()
 
     def _commit(self, group: list[_Request]) -> None:
