@@ -787,6 +787,8 @@ def _last_per_key(data: pa.Table, keys: list[str]) -> pa.Table:
     """The last row written for each key, in the order written."""
     if data.num_rows < _SMALL_ROWS:
         last = {key: row for row, key in enumerate(zip(*(data.column(k).to_pylist() for k in keys), strict=True))}
+        if len(last) == data.num_rows:  # no key repeats, as in nearly every group: Arrow's take cost 34 µs
+            return data
         return data.take(pa.array(sorted(last.values()), pa.int64()))
     numbered = data.select(keys).append_column("__row", pa.array(range(data.num_rows), pa.int64()))
     last = numbered.group_by(keys, use_threads=False).aggregate([("__row", "max")]).column("__row_max")
