@@ -25,6 +25,7 @@ warehouse does) nor parse SQL.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -206,9 +207,9 @@ class _Request:
     id: str
     target: StagedTable | None  # a statement's: once the committer has prepared it
     rows: pa.Table | None
+    conn: socket.socket  # where the committer sends the answer
     statement: dict[str, Any] | None = None  # a statement sent as text, with its session's state
     affected: int = 0  # a statement's rows, as its result reports them
-    conn: socket.socket | None = None  # where the committer sends the answer
     done: threading.Event = field(default_factory=threading.Event)  # set once it is sent
 
 
@@ -336,22 +337,21 @@ class WriterServer:
             self.stop()
             return {"stopping": True, "pid": os.getpid()}
         if op == "statement":  # prepared by the committer, in one thread: no interpreter lock passed around
-            return self._queued_for_commit(_Request(str(header["id"]), None, None, statement=header), conn)
+            return self._queued_for_commit(_Request(str(header["id"]), None, None, conn, statement=header))
         if op != "write":
             return {"error": f"the writer does not take {op!r} requests"}
         target = StagedTable(**header["target"])
-        return self._queued_for_commit(_Request(header["id"], target, ipc.open_stream(body).read_all()), conn)
+        return self._queued_for_commit(_Request(header["id"], target, ipc.open_stream(body).read_all(), conn))
 
-    def _queued_for_commit(self, pending: _Request, conn: socket.socket) -> dict[str, Any] | _Request:
+    def _queued_for_commit(self, pending: _Request) -> dict[str, Any] | _Request:
         """Queue a request for the committer, which sends its answer; the answer to send now
         when the writer is stopping."""
-        pending.conn = conn
         with self._lock:  # the committer leaves only with the queue empty and this flag set
             if self._stopping.is_set():
                 return {"declined": "the writer is stopping"}
             self._queue.put(pending)
             self._queued += 1
-            self._wrote_at[id(conn)] = time.monotonic()
+            self._wrote_at[id(pending.conn)] = time.monotonic()
         return pending
 
     def _commit_loop(self) -> None:
@@ -424,11 +424,10 @@ class WriterServer:
         for pending in requests:
             committed = pending.statement is not None and "version" in answer
             try:
-                assert pending.conn is not None
-                _send(pending.conn, {**answer, "affected": pending.affected} if committed else answer)
-            except OSError:  # the client went away; what was committed stays committed
-                pass
-            pending.done.set()
+                with contextlib.suppress(OSError):  # the client went away; what was committed stays so
+                    _send(pending.conn, {**answer, "affected": pending.affected} if committed else answer)
+            finally:  # its connection's thread closes the socket only after this
+                pending.done.set()
 
     def _commit(self, group: list[_Request]) -> None:
         failpoint("writer-received")
