@@ -43,7 +43,7 @@ from .sql import ast
 from .sql.constants import ConstantContext, evaluate
 from .sql.dialect import DIALECTS, as_dialect
 from .sql.keep_column_name import keep_column_names
-from .sql.parser import parse_statement_text
+from .sql.parser import parse_script, parse_statement_text
 from .sql.text import show_like
 from .sql.timeunits import resolve_timezone
 from .sql.tokens import split_statements
@@ -131,7 +131,7 @@ class Session:
             yield ran
             return
         # parse the whole script first: a syntax error anywhere runs nothing
-        statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
+        statements = parse_script(sql)
         control = self.control
         if control is None or sum(isinstance(s, ast.CreateStream | ast.DropStream) for s in statements) < 2:
             for stmt in statements:
@@ -151,7 +151,7 @@ class Session:
     def apply(self, sql: str) -> list[Result]:
         """Run a setup script idempotently: every CREATE acts as CREATE … IF NOT EXISTS, so a
         code location can apply its SQL files on each load."""
-        statements = [parse_statement_text(part, sql) for part in split_statements(sql)]
+        statements = parse_script(sql)
         return [self.execute_statement(_if_not_exists(stmt)) for stmt in statements]
 
     def query(self, sql: str) -> Result:

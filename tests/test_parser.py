@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dagster_tdstream import SqlSyntaxError, parse_script, parse_statement
 from dagster_tdstream.sql import ast
+from dagster_tdstream.sql.insert_row import one_row_insert
+from dagster_tdstream.sql.parser import parse_statement_text
 from dagster_tdstream.sql.timeunits import Duration
 from dagster_tdstream.sql.tokens import Kind, split_statements, tokenize
 
@@ -202,3 +208,99 @@ def test_syntax_errors_have_positions_and_say_what_is_expected(sql: str, line: i
     assert (info.value.line, info.value.column) == (line, column)
     assert expected in str(info.value)
     assert str(info.value).startswith(f"error at line {line}, column {column}: ")
+
+
+# pieces of one-row INSERTs: what insert_row.py reads (drawn more often), and what it must
+# leave to the grammar
+def _mostly(plain: list[str], odd: list[str]) -> st.SearchStrategy[str]:
+    return st.sampled_from(plain * 4 + odd)
+
+
+_SPACE = _mostly([" ", "  ", "\n", "\t"], ["\u00a0", "\u3000", " \n ", "\u00a0é"])
+_GAP = _mostly(["", " "], ["\n", "\u00a0", "\u00a01"])
+_NAMES = _mostly(["c1", "C_1", "values", "insert", "t$x", "é", "`c 1`"], ["`a``b`", "``", "1c", "now", "`x"])
+_VALUES = _mostly(
+    [
+        "1",
+        "-1",
+        "+2",
+        "1.",
+        ".5",
+        "-0.0",
+        "1e5",
+        "-1E-3",
+        "12345678901234567890",
+        "١٢",
+        "'a'",
+        "'it''s'",
+        "'x\ny'",
+        '"q""r"',
+        "''",
+        "NULL",
+        "null",
+        "TrUe",
+        "false",
+        "falſe",
+        "'2025-01-01 00:00:00'",
+    ],
+    ["- 3", "-+4", "--5", "1e", "1s", "0x1F", "1.5.3", "'a\\'b'", "nullx", "now", "now()", "now+1s", "1+1", "(1)"],
+)
+
+
+@st.composite
+def _one_row_inserts(draw: st.DrawFn) -> str:
+    words = [draw(_mostly(["insert", "INSERT", "Insert"], ["inſert", "insert_"])), draw(_SPACE)]
+    words += [draw(_mostly(["into", "INTO"], ["ınto"])), draw(_SPACE)]
+    if draw(st.booleans()):
+        words += [draw(_NAMES), draw(_mostly(["."], [" .", ". "]))]
+    words.append(draw(_NAMES))
+    if draw(st.booleans()):
+        names = draw(st.lists(_NAMES, min_size=1, max_size=3))
+        words += [draw(_GAP), "(", draw(_GAP), f"{draw(_GAP)},{draw(_GAP)}".join(names), draw(_GAP), ")"]
+    words += [draw(_SPACE), draw(st.sampled_from(["values", "VALUES", "values "]))]
+    values = draw(st.lists(_VALUES, max_size=4))
+    words += [draw(_GAP), "(", draw(_GAP), f"{draw(_GAP)},{draw(_GAP)}".join(values), draw(_GAP), ")"]
+    words.append(draw(_mostly(["", ";", " ; ", "\n"], [";;", " -- done", " (2)", ", (2)", "; select 1"])))
+    return draw(st.sampled_from(["", " ", "\n "])) + "".join(words)
+
+
+def _positions(insert: ast.Insert) -> list[object]:
+    target = insert.targets[0]
+    return [insert.pos, insert.text, target.pos, target.table.pos, *(value.pos for value in target.rows[0])]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_one_row_inserts())
+def test_a_one_row_insert_read_by_patterns_is_the_grammars_statement(sql: str) -> None:
+    """``insert_row.py`` reads only what the grammar reads the same way: the same statement,
+    positions and source text (which the dataclasses leave out of ``==``)."""
+    fast = one_row_insert(sql)
+    try:
+        grammar = [parse_statement_text(part, sql) for part in split_statements(sql)]
+    except SqlSyntaxError:
+        assert fast is None
+        return
+    if fast is not None:
+        assert grammar == [fast]
+        assert isinstance(grammar[0], ast.Insert) and _positions(grammar[0]) == _positions(fast)
+        assert [dataclasses.astuple(v) for v in grammar[0].targets[0].rows[0]] == [
+            dataclasses.astuple(v) for v in fast.targets[0].rows[0]
+        ]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "insert into c1 values (1700000000000, 1, 1.5)",
+        " INSERT INTO d.`c 1` (ts, `v`)\nVALUES('2025-01-01 00:00:00', -1.5e3, 'it''s', NULL, true);\n",
+        "insert\tinto c1 values(+1,\n'a\nb', false) ;",
+    ],
+)
+def test_a_plain_one_row_insert_is_read_by_patterns_and_parses_as_the_grammar_does(sql: str) -> None:
+    fast = one_row_insert(sql)
+    assert fast is not None
+    [statement] = parse_script(sql)
+    assert statement is fast or statement == fast
+    grammar = parse_statement_text(split_statements(sql)[0], sql)
+    assert isinstance(grammar, ast.Insert)
+    assert grammar == fast and _positions(grammar) == _positions(fast)

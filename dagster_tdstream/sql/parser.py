@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from ..errors import SqlSyntaxError
 from . import ast
+from .insert_row import one_row_insert
 from .legacy_stream import LEGACY_START_WORDS, parse_legacy_stream
 from .limits import MAX_EXPRESSION_DEPTH, MAX_NESTING
 from .timeunits import NANOS_PER_UNIT, Duration, TimeValueError, parse_duration
@@ -113,12 +114,17 @@ FILL_MODES = ("NONE", "NULL", "NULL_F", "VALUE", "VALUE_F", "PREV", "NEXT", "NEA
 
 
 def parse_script(script: str) -> list[ast.Statement]:
-    """Every statement of a script; the first syntax error stops the parse."""
+    """Every statement of a script; the first syntax error stops the parse. A one-row INSERT
+    of plain literals is read by ``insert_row.py``'s patterns (the same statement)."""
+    if (insert := one_row_insert(script)) is not None:
+        return [insert]
     return [parse_statement_text(part, script) for part in split_statements(script)]
 
 
 def parse_statement(sql: str) -> ast.Statement:
     """Exactly one statement (a trailing ``;`` is allowed)."""
+    if (insert := one_row_insert(sql)) is not None:
+        return insert
     parts = split_statements(sql)
     if not parts:
         raise SqlSyntaxError("empty statement", line=1, column=1)
