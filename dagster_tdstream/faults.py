@@ -16,8 +16,9 @@ FAILPOINT_ENV = "TDSTREAM_FAILPOINT"
 FAILPOINTS = ("before-output-commit", "after-output-commit", "after-triggers-finished", "notification-sent")
 # the points of a write: its Delta commit is made, the catalog's marks are not yet recorded;
 # a statement's first table is committed, the next not yet; the writer process has received
-# a group of requests and committed none of them
-WRITE_FAILPOINTS = ("after-data-commit", "between-table-commits", "writer-received")
+# a group of requests and committed none of them; the writer has committed a group and
+# answered its clients, the marks not yet recorded
+WRITE_FAILPOINTS = ("after-data-commit", "between-table-commits", "writer-received", "after-acknowledged")
 # the points of a trigger tick's own commits: a virtual table's feed synced (its rows computed,
 # then committed) and a legacy stream's replaced rows kept, each before the tick's checkpoint
 TICK_FAILPOINTS = ("feed-rows-computed", "after-feed-commit", "after-written-commit")

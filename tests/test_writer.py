@@ -245,7 +245,7 @@ def test_every_kind_of_insert_writes_through_the_writer_what_its_client_writes_a
         _cli("writer", "stop", "--warehouse", warehouse.uri)
 
 
-@pytest.mark.parametrize("failpoint", ["writer-received", "after-data-commit"])
+@pytest.mark.parametrize("failpoint", ["writer-received", "after-data-commit", "after-acknowledged"])
 def test_a_writer_killed_before_or_after_its_commit_leaves_each_write_once(
     writer_of: Warehouse, failpoint: str
 ) -> None:
@@ -255,16 +255,57 @@ def test_a_writer_killed_before_or_after_its_commit_leaves_each_write_once(
     assert pid is not None
     before = warehouse.delta.latest_version("d", "st")
     # the writer dies with the request in hand: before committing it (the client then writes
-    # it itself) or after (the client finds its id in the commit and does not write it again);
-    # either way the client's INSERT succeeds, and the rows are there once
+    # it itself), after (the client finds its id in the commit and does not write it again),
+    # or after answering it, before the catalog recorded its keys; either way the client's
+    # INSERT succeeds, and the rows are there once
     client = _client(warehouse, "insert into c1 values (1000, 1) (2000, 2)")
     assert client.wait(timeout=120) == 0
-    assert _status(warehouse) is None  # the writer is gone
+    deadline = time.monotonic() + 30  # answered first, the writer may still be reaching its end
+    while _status(warehouse) is not None:
+        assert time.monotonic() < deadline, "the writer did not die at its failpoint"
+        time.sleep(0.05)
     assert _keys(warehouse) == [("c1", 1000, 1), ("c1", 2000, 2)]
     assert warehouse.delta.latest_version("d", "st") == before + 1  # one commit, by one of them
     # the catalog's marks are caught up from that commit: writing the rows again updates them
     Session(Warehouse(warehouse.uri), database="d", timezone="UTC").execute("insert into c1 values (2000, 20)")
     assert _keys(warehouse) == [("c1", 1000, 1), ("c1", 2000, 20)]
+
+
+def test_a_client_is_answered_once_its_rows_are_durable_not_after_the_catalog_records_them(
+    writer_of: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warehouse = writer_of
+    served = Warehouse(warehouse.uri)
+    recording, release = threading.Event(), threading.Event()
+    record = served._record
+
+    def held_record(*args: Any) -> None:  # the catalog's record of the keys, held back
+        recording.set()
+        assert release.wait(timeout=60)
+        record(*args)
+
+    monkeypatch.setattr(served, "_record", held_record)
+    server = WriterServer(served, Path(warehouse.uri), idle_seconds=60, statements=writer_statements(served))
+    serving = threading.Thread(target=server.serve, daemon=True)
+    serving.start()
+    assert server.listening.wait(timeout=30)
+    session = Session(Warehouse(warehouse.uri), database="d", timezone="UTC")
+    client = threading.Thread(target=session.execute, args=("insert into c1 values (1000, 1)",), daemon=True)
+    try:
+        client.start()
+        client.join(timeout=30)
+        # the INSERT returned while the record waits: its rows are committed, and readers that
+        # trust the catalog's marks read the data instead until the record is made
+        assert not client.is_alive() and recording.is_set()
+        assert _keys(warehouse) == [("c1", 1000, 1)]
+        info = warehouse.table("d", "st")
+        assert warehouse.trusted_watermarks(info) is None
+    finally:
+        release.set()
+        server.stop()
+        serving.join(timeout=30)
+    assert not serving.is_alive() and server.commits == 1
+    assert warehouse.trusted_watermarks(info) == (warehouse.delta.version("d", "st"), {"c1": 1000})
 
 
 def test_a_second_writer_of_the_same_warehouse_is_refused(writer_of: Warehouse) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -354,11 +354,12 @@ class Warehouse:
         batch_min: dict[str, int],
         batch_max: dict[str, int],
         extra: dict[str, str] | None = None,
+        committed: Callable[[int, bool], None] | None = None,
     ) -> tuple[int, bool]:
         """One physical table's rows as one commit, under its lock: appended when no row's key
         can be stored already (outside its table's key spans), merged otherwise; returns
         (version, merged). ``extra``: commit info naming the write intent or the spooled
-        requests it writes."""
+        requests it writes; ``committed``: told the version once it is durable."""
         db, storage, pk = target.db, target.storage, target.primary_key
         before, stored = self._stored_spans(db, storage, list(batch_max), pk, target.is_super)
         written, needs_merge = _written_spans(table, pk, target.is_super, target.name, batch_min, batch_max, stored)
@@ -368,6 +369,9 @@ class Warehouse:
         else:
             version = self.delta.append(db, storage, _by_key(table, pk), batch_max, extra)
         failpoint("after-data-commit")
+        if committed is not None:
+            committed(version, needs_merge)
+            failpoint("after-acknowledged")
         self._record(db, storage, _joined(stored, written), before, version)
         maintain_after(self, db, storage, version)  # small files and expired data, as writes accumulate
         return version, needs_merge
@@ -418,17 +422,26 @@ class Warehouse:
             return None
         return _settled(table.num_rows, db, storage, answer)
 
-    def commit_group(self, target: StagedTable, received: Sequence[tuple[str, pa.Table]]) -> tuple[int, bool]:
+    def commit_group(
+        self,
+        target: StagedTable,
+        received: Sequence[tuple[str, pa.Table]],
+        committed: Callable[[int, bool], None] | None = None,
+    ) -> tuple[int, bool]:
         """The writer's commit of requests it received (id, checked rows), with whatever other
-        processes staged for the table, as one write under its lock; returns (version, merged)."""
+        processes staged for the table, as one write under its lock; returns (version, merged).
+        ``committed(version, merged)`` is called once the rows are durable, before the catalog
+        records their keys and before maintenance: the writer answers its clients there (a
+        crash before the record is caught up from the log, as after any commit)."""
         with self.locks.hold([(target.db, target.storage)]):
-            return self._lead(target, None, received)
+            return self._lead(target, None, received, committed)
 
     def _lead(
         self,
         target: StagedTable,
         own: tuple[pa.Table, dict[str, int], dict[str, int]] | None,
         received: Sequence[tuple[str, pa.Table]] = (),
+        committed: Callable[[int, bool], None] | None = None,
     ) -> tuple[int, bool]:
         """Holding the table's lock: commit the staged requests, the writer's ``received``
         ones (id, rows) and ``own`` rows with their key spans, in that order, as one write and
@@ -437,14 +450,14 @@ class Warehouse:
         requests = self.spool.waiting(db, storage)
         if requests:  # a leader killed after its commit left these settled in the log only
             first = min(r.after for r in requests) + 1
-            committed = {
+            logged = {
                 request_id: version
                 for version, value in self.delta.commit_values(db, storage, first, GROUP_KEY)
                 for request_id in value.split(",")
             }
-            for request in [r for r in requests if r.id in committed]:
-                self.spool.settle([request], {"version": committed[request.id], "merged": False})
-            requests = [r for r in requests if r.id not in committed]
+            for request in [r for r in requests if r.id in logged]:
+                self.spool.settle([request], {"version": logged[request.id], "merged": False})
+            requests = [r for r in requests if r.id not in logged]
         parts = [r.rows() for r in requests] + [rows for _, rows in received] + ([own[0]] if own is not None else [])
         if not parts:
             return self.delta.latest_version(db, storage), False
@@ -458,7 +471,7 @@ class Warehouse:
         ids = [r.id for r in requests] + [request_id for request_id, _ in received]
         extra = {GROUP_KEY: ",".join(ids)} if ids else None
         try:
-            version, merged = self._write_table(target, rows, batch_min, batch_max, extra)
+            version, merged = self._write_table(target, rows, batch_min, batch_max, extra, committed)
         except BaseException as exc:
             self.spool.settle(requests, {"error": f"{type(exc).__name__}: {exc}"})
             raise

@@ -431,12 +431,25 @@ class WriterServer:
 
     def _commit(self, group: list[_Request]) -> None:
         failpoint("writer-received")
-        answer: dict[str, Any]
-        try:
-            version, merged = self.warehouse.commit_group(group[0].target, [(p.id, p.rows) for p in group])
-            answer = {"version": version, "merged": merged}
-        except Exception as exc:  # every request of the group gets the error; the writer goes on
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        answered = False
+
+        def committed(version: int, merged: bool) -> None:
+            # answered as soon as the rows are durable: the catalog's record of their keys and
+            # maintenance follow while the clients prepare their next statements (they were a
+            # tenth of a group's commit, with every client waiting)
+            nonlocal answered
+            answered = True
+            self._settled(group, {"version": version, "merged": merged})
+
+        try:  # a group always has rows: commit_group commits them and calls ``committed``
+            self.warehouse.commit_group(group[0].target, [(p.id, p.rows) for p in group], committed)
+        except Exception as exc:
+            if answered:  # committed and answered: the catalog catches up from the log
+                traceback.print_exc()
+            else:  # every request of the group gets the error; the writer goes on
+                self._settled(group, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _settled(self, group: list[_Request], answer: dict[str, Any]) -> None:
         with self._lock:
             self.requests += len(group)
             self.statements_run += sum(1 for pending in group if pending.statement is not None)
