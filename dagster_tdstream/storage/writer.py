@@ -7,8 +7,9 @@ the committer thread prepares with the ``statements`` it was given
 (``families/writer_insert.py``) or answers ``not_taken`` — the client then runs it, and a
 rejected statement's error is the client's own. The committer takes every request queued
 meanwhile and commits each table's requests as one write (one Delta commit, one WAL offset)
-through ``Warehouse.commit_group``, under the table's write lock like any other writer, then
-answers each request: acknowledged still means committed and recorded. Each commit lists its
+through ``Warehouse.commit_group``, under the table's write lock like any other writer, and
+answers each request once the commit is durable: acknowledged means committed (the catalog's
+record of the keys follows, and is caught up from the log after a crash). Each commit lists its
 requests' ids in its commit info (``tdstream.group``), so a client whose writer died before
 answering finds in the log whether its rows were committed and otherwise writes them itself.
 
