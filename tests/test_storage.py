@@ -389,3 +389,40 @@ def test_a_data_file_is_recorded_with_its_size_and_statistics_whichever_way_it_i
         (2000, 3, 1.5, "é"),
         (3000, 2, None, "b"),
     ]
+
+
+def _child_read_plan(warehouse: Warehouse) -> str:
+    """SQLite's plan for the catalog's read of a super table's children."""
+    from dagster_tdstream.storage.catalog import _CHILD_UIDS
+
+    engine = warehouse.catalog.engine
+    statement = str(_CHILD_UIDS.compile(dialect=engine.dialect))
+    with engine.connect() as conn:
+        return " ".join(str(row[-1]) for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", ("d", "st")))
+
+
+def test_a_super_tables_children_are_read_through_an_index_also_in_a_catalog_written_before_it(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    root = tmp_path / "wh"
+    warehouse = Warehouse(str(root))
+    Session(warehouse).execute(
+        SCHEMA + "create stable other (ts timestamp, v int) tags (g int);"
+        "create table c2 using st tags (2, 'south'); create table o1 using other tags (1);"
+    )
+    assert warehouse.catalog.child_uids("d", "st").keys() == {"c1", "c2"}
+    # found by (db, stable), in name order, without visiting the database's other tables
+    assert "USING INDEX tds_tables_children (db=? AND stable=?)" in _child_read_plan(warehouse)
+    assert "TEMP B-TREE" not in _child_read_plan(warehouse)
+    warehouse.close()
+    with sqlite3.connect(root / "catalog.sqlite") as conn:  # as an earlier version left it
+        conn.execute("DROP INDEX tds_tables_children")
+    warehouse = Warehouse(str(root))
+    try:
+        assert "tds_tables_children" in _child_read_plan(warehouse)
+        assert list(warehouse.catalog.child_uids("d", "st")) == ["c1", "c2"]
+        assert list(warehouse.catalog.child_uids("d", "other")) == ["o1"]
+    finally:
+        warehouse.close()

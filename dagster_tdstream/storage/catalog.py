@@ -79,6 +79,10 @@ tables_table = Table(
     # a virtual table's column sources, JSON {column: "db.table.column"} ({} for a virtual
     # super table); NULL for a table that stores its rows
     Column("refs", Text),
+    # a super table's children are read by (db, stable) for every history, live-children
+    # filter and DROP STABLE: without this index each read scanned every table of the
+    # database (1,000 children among 40,000 tables: 76 ms a read)
+    Index("tds_tables_children", "db", "stable", "name"),
 )
 
 write_state_table = Table(
