@@ -405,6 +405,7 @@ def test_a_super_tables_children_are_read_through_an_index_also_in_a_catalog_wri
     tmp_path: Path,
 ) -> None:
     import sqlite3
+    from contextlib import closing
 
     root = tmp_path / "wh"
     warehouse = Warehouse(str(root))
@@ -414,11 +415,13 @@ def test_a_super_tables_children_are_read_through_an_index_also_in_a_catalog_wri
     )
     assert warehouse.catalog.child_uids("d", "st").keys() == {"c1", "c2"}
     # found by (db, stable), in name order, without visiting the database's other tables
-    assert "USING INDEX tds_tables_children (db=? AND stable=?)" in _child_read_plan(warehouse)
-    assert "TEMP B-TREE" not in _child_read_plan(warehouse)
+    plan = _child_read_plan(warehouse)
+    assert "USING INDEX tds_tables_children (db=? AND stable=?)" in plan
+    assert "TEMP B-TREE" not in plan
     warehouse.close()
-    with sqlite3.connect(root / "catalog.sqlite") as conn:  # as an earlier version left it
+    with closing(sqlite3.connect(root / "catalog.sqlite")) as conn:  # as an earlier version left it
         conn.execute("DROP INDEX tds_tables_children")
+        conn.commit()
     warehouse = Warehouse(str(root))
     try:
         assert "tds_tables_children" in _child_read_plan(warehouse)
